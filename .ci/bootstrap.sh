@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Create the project's virtualenv on a fresh Debian/Ubuntu machine and install the suite into it.
+# Usage: .ci/bootstrap.sh VENV EXTRAS   (called by `make`; safe to re-run)
+set -euo pipefail
+venv=${1:-.venv}
+extras=${2:-dev,wandb}
+
+apt_install() {
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "bootstrap: need Debian packages $*, but apt-get is not available; install them by hand" >&2
+    exit 1
+  fi
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@"
+}
+
+find_python() {
+  for p in python3.11 python3.12 python3.13 python3; do
+    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      echo "$p"; return 0
+    fi
+  done
+  return 1
+}
+
+python=$(find_python || true)
+if [ -z "$python" ]; then
+  echo "bootstrap: no Python >= 3.11 found; installing python3.11 from Debian/Ubuntu packages" >&2
+  apt_install python3.11 python3.11-venv
+  python=python3.11
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+  if ! "$python" -m venv "$venv" 2>/dev/null; then
+    rm -rf "$venv"
+    ver=$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+    echo "bootstrap: $python cannot create virtualenvs; installing python${ver}-venv" >&2
+    apt_install "python${ver}-venv"
+    "$python" -m venv "$venv"
+  fi
+fi
+
+"$venv/bin/python" -m pip install -q --upgrade pip
+"$venv/bin/python" -m pip install -q -e ".[${extras}]"
+echo "bootstrap: $venv ready ($("$venv/bin/python" --version), extras: ${extras})"

@@ -1,0 +1,59 @@
+"""``python -m figures``: regenerate every known figure from the job folders under ``results/``.
+
+Only finished jobs (``summary.json`` with ``status: ok``) are drawn. Nothing is run or recomputed:
+each figure is drawn from the tables its job wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from figures.render import FIGURES_BY_KIND, render_job
+
+log = logging.getLogger("figures")
+
+
+def find_jobs(results_dir: Path, experiment: str | None = None) -> list[tuple[Path, str]]:
+    """(job folder, kind) of every finished job under ``results_dir``."""
+    jobs = []
+    for summary_path in sorted(results_dir.rglob("summary.json")):
+        try:
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            log.warning("skipping %s: unreadable summary (%s)", summary_path, exc)
+            continue
+        if summary.get("status") != "ok":
+            continue
+        if experiment and summary.get("experiment") != experiment:
+            continue
+        jobs.append((summary_path.parent, str(summary.get("kind", ""))))
+    return jobs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m figures", description=__doc__.splitlines()[0])
+    parser.add_argument("--results-dir", type=Path, default=Path("results"), help="root of the job folders")
+    parser.add_argument("--experiment", default=None, help="only jobs of this experiment")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if not args.results_dir.is_dir():
+        log.error("results directory %s does not exist: run a job first (make run)", args.results_dir)
+        return 1
+    count = 0
+    for job_dir, kind in find_jobs(args.results_dir, args.experiment):
+        if kind not in FIGURES_BY_KIND:
+            log.warning("%s: no figures known for job kind %r", job_dir, kind)
+            continue
+        for path in render_job(job_dir, kind):
+            log.info("%s", path)
+            count += 1
+    log.info("%d files written", count)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

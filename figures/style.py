@@ -1,0 +1,31 @@
+"""Shared figure set-up: a non-interactive backend, one seaborn theme, and the save routine that
+writes a PNG together with the exact data it plotted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+FIGURE_DIR = "figures"
+
+
+def apply_theme() -> None:
+    sns.set_theme(context="paper", style="whitegrid", palette="colorblind")
+
+
+def save_figure(fig: plt.Figure, data: pd.DataFrame, job_dir: Path, name: str) -> list[Path]:
+    """Write ``<job>/figures/<name>.png`` and ``<name>.csv`` (the plotted data); return both paths."""
+    out = Path(job_dir) / FIGURE_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    png, csv = out / f"{name}.png", out / f"{name}.csv"
+    fig.savefig(png, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    data.to_csv(csv, index=False)
+    return [png, csv]

@@ -1,0 +1,1 @@
+"""Composition root of the suite: Hydra app, records, metrics, results, tracking and benchmarks."""

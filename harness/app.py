@@ -1,0 +1,126 @@
+"""Runs one job in its results folder: validate the config, dispatch on ``job``, render figures,
+write ``summary.json`` and publish to the configured tracker.
+
+The folder gets a ``summary.json`` with ``status: running`` before any work and ``ok`` only after
+every table and figure it names is written; any exception (or Ctrl-C) rewrites it as ``failed``
+with the reason, so a crashed or killed run never looks successful.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness import provenance
+from harness.config import Config, validate
+from harness.jobs import JobResult
+from harness.records import RunSummary
+from harness.results import CONFIG_FILE, RunFolder
+from harness.serve_job import run_serve
+from harness.studies.cache_hit import run_cache_study
+from harness.tracking import publish
+from harness.workload_job import run_workload
+
+log = logging.getLogger(__name__)
+
+JOB_RUNNERS: Mapping[str, Callable[[Config, RunFolder], JobResult]] = MappingProxyType({
+    "serve": run_serve,
+    "cache_study": run_cache_study,
+    "workload": run_workload,
+})
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """Where a job writes and how Hydra composed it."""
+
+    folder: RunFolder
+    experiment: str
+    job: str
+    choices: dict[str, str]
+    overrides: list[str]
+
+
+def context_from_hydra(cfg: DictConfig) -> JobContext:
+    """Build the job context from the running Hydra job (its output dir is the results folder)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    out = Path(hydra_cfg.runtime.output_dir)
+    choices = {k: str(v) for k, v in hydra_cfg.runtime.choices.items()
+               if v is not None and not k.startswith("hydra")}
+    return JobContext(folder=RunFolder(out), experiment=str(cfg.experiment_name), job=out.name,
+                      choices=choices, overrides=list(hydra_cfg.overrides.task))
+
+
+def figure_key(path: Path) -> str:
+    """Name of a figure file in ``summary.files``: ``figure_<name>`` (PNG) or ``figure_<name>_data`` (CSV)."""
+    return f"figure_{path.stem}" + ("_data" if path.suffix == ".csv" else "")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _seeds(container: Any, prefix: str = "") -> dict[str, int]:
+    found: dict[str, int] = {}
+    if isinstance(container, dict):
+        for key, value in container.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if key == "seed" and isinstance(value, int):
+                found[path] = value
+            else:
+                found.update(_seeds(value, path))
+    return found
+
+
+def write_config(cfg: DictConfig, ctx: JobContext) -> dict[str, Any]:
+    """Write the resolved config plus the Hydra choices and overrides to ``config.yaml``."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict)
+    document = {**resolved, "_run": {"choices": ctx.choices, "overrides": ctx.overrides}}
+    ctx.folder.write_text(CONFIG_FILE, "# Resolved configuration of this job; _run holds the Hydra "
+                          "group choices and command-line overrides.\n" + OmegaConf.to_yaml(document))
+    return resolved
+
+
+def run_job(cfg: DictConfig, ctx: JobContext) -> RunSummary:
+    """Validate, run, and record one job; re-raises after writing a failed summary."""
+    sha, dirty = provenance.git_state()
+    resolved = write_config(cfg, ctx)
+    summary = RunSummary(
+        status="running", experiment=ctx.experiment, job=ctx.job, kind=str(resolved.get("job", "")),
+        started_at=_now(), git_sha=sha, git_dirty=dirty, python=provenance.python_version(),
+        package_versions=provenance.package_versions(), seeds=_seeds(resolved), choices=ctx.choices,
+        overrides=ctx.overrides, files={"config": CONFIG_FILE},
+    )
+    ctx.folder.write_summary(summary)
+    try:
+        typed = validate(cfg)
+        result = JOB_RUNNERS[typed.job](typed, ctx.folder)
+        from figures.render import render_job
+
+        figure_paths = render_job(ctx.folder.path, typed.job)
+        files = {**summary.files, **result.files,
+                 **{figure_key(p): str(p.relative_to(ctx.folder.path)) for p in figure_paths}}
+        summary = dataclasses.replace(summary, status="ok", finished_at=_now(), metrics=result.metrics,
+                                      validity=result.validity, workload=result.workload, files=files)
+        ctx.folder.write_summary(summary)
+    except BaseException as exc:
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        summary = dataclasses.replace(summary, status="failed", reason=reason, finished_at=_now())
+        ctx.folder.write_summary(summary)
+        log.error("job failed: %s (summary: %s)", reason, ctx.folder.file("summary.json"))
+        raise
+    for name, path in summary.files.items():
+        log.info("%s: %s", name, ctx.folder.file(path))
+    publish(typed.logger, summary, resolved, ctx.folder, result.tables, figure_paths)
+    return summary

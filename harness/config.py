@@ -1,0 +1,243 @@
+"""Typed configuration: the structured-config schemas behind every ``conf/`` group.
+
+Hydra composes YAML over these dataclasses, so an unknown key or a value of the wrong type is
+rejected during composition, naming the key. ``validate`` then turns the composed tree into
+dataclass instances, which catches missing required values (``???``) and the value checks in each
+dataclass's ``__post_init__`` before any work starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+from harness.slo import SLOConfig
+from harness.validity import ValidityConfig
+from workloads.config import AzureTraceConfig, MooncakeTraceConfig, SharedPrefixConfig
+
+SYSTEMS = ("vllm_baseline", "mooncake", "distserve", "splitwise")
+ENGINES = ("sim", "vllm", "sglang", "endpoint")
+JOBS = ("serve", "cache_study", "workload")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or invalid; the message names the key."""
+
+
+@dataclass
+class SystemConfig:
+    """Which deployment design runs, and how many instances of each role it has."""
+
+    name: str = MISSING
+    description: str = ""
+    colocated_instances: int = 0  # vLLM-style instances doing prefill and decode
+    prefill_instances: int = 0
+    decode_instances: int = 0
+    router: str = "round_robin"  # routing policy name
+    prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        if self.name not in SYSTEMS:
+            raise ConfigError(f"system.name: expected one of {', '.join(SYSTEMS)}, got {self.name!r}")
+        for key in ("colocated_instances", "prefill_instances", "decode_instances"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"system.{key}: must be >= 0, got {getattr(self, key)}")
+        if self.colocated_instances + self.prefill_instances + self.decode_instances == 0:
+            raise ConfigError("system: at least one of colocated_instances, prefill_instances, decode_instances must be > 0")
+
+    @property
+    def n_instances(self) -> int:
+        return self.colocated_instances + self.prefill_instances + self.decode_instances
+
+
+@dataclass
+class EngineConfig:
+    """What executes the system: the simulator or a real serving engine."""
+
+    name: str = MISSING
+    description: str = ""
+    url: Optional[str] = None  # engine=endpoint: base URL of an already running OpenAI-compatible service
+    extra_args: list[str] = field(default_factory=list)  # appended to every server command line
+    startup_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.name not in ENGINES:
+            raise ConfigError(f"engine.name: expected one of {', '.join(ENGINES)}, got {self.name!r}")
+        if self.name == "endpoint" and not self.url:
+            raise ConfigError("engine.url: required when engine=endpoint (e.g. engine.url=http://127.0.0.1:8000)")
+
+
+@dataclass
+class ModelConfig:
+    """Model shape (enough for KV sizing and performance models) and where its weights live."""
+
+    name: str = MISSING
+    path: Optional[str] = None  # local checkpoint folder; never downloaded
+    num_layers: int = MISSING
+    hidden_size: int = MISSING
+    num_attention_heads: int = MISSING
+    num_kv_heads: int = MISSING
+    head_dim: int = MISSING
+    intermediate_size: int = MISSING
+    vocab_size: int = MISSING
+    max_model_len: int = MISSING
+    params_billion: float = MISSING
+    kv_dtype_bytes: int = 2
+    special_token_ids: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for key in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
+                    "vocab_size", "max_model_len", "kv_dtype_bytes"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"model.{key}: must be > 0, got {getattr(self, key)}")
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ConfigError("model.num_kv_heads: must divide model.num_attention_heads")
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V for every layer and KV head (GQA-aware)."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_dtype_bytes
+
+
+@dataclass
+class HardwareConfig:
+    """One accelerator (or CPU host) type. Figures come from vendor data sheets (cited in the YAML)."""
+
+    name: str = MISSING
+    kind: str = "gpu"  # gpu | cpu
+    peak_tflops_bf16: float = MISSING  # dense
+    mem_bandwidth_gbps: float = MISSING  # GB/s
+    mem_gib: float = MISSING
+    devices_per_node: int = 1
+    power_w: Optional[float] = None
+    price_per_hour_usd: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("gpu", "cpu"):
+            raise ConfigError(f"hardware.kind: expected gpu or cpu, got {self.kind!r}")
+        for key in ("peak_tflops_bf16", "mem_bandwidth_gbps", "mem_gib", "devices_per_node"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"hardware.{key}: must be > 0, got {getattr(self, key)}")
+
+
+@dataclass
+class LoggerConfig:
+    """Where results are published besides the run folder."""
+
+    name: str = "none"  # none | wandb
+    project: str = "disagg-bench"
+    entity: Optional[str] = None
+    mode: Optional[str] = None  # online | offline; None = online when an API key is set, else offline
+    tags: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.name not in ("none", "wandb"):
+            raise ConfigError(f"logger.name: expected none or wandb, got {self.name!r}")
+        if self.mode not in (None, "online", "offline"):
+            raise ConfigError(f"logger.mode: expected online, offline or null, got {self.mode!r}")
+
+
+@dataclass
+class GlobalLocalConfig:
+    """Global pool vs private caches (Mooncake's global cache argument)."""
+
+    n_instances: int = 8
+    capacities_per_instance: list[int] = field(default_factory=lambda: [1000, 10000])
+    routings: list[str] = field(default_factory=lambda: ["random", "round_robin", "cache_aware"])
+    policy: str = "lru"
+
+
+@dataclass
+class CacheStudyConfig:
+    """The prefix-cache study: trace hash ids replayed through block caches."""
+
+    traces: dict[str, str] = field(default_factory=dict)  # label -> trace file (data-dir relative)
+    block_size: int = 512
+    strict: bool = True
+    capacities: list[Optional[int]] = field(default_factory=lambda: [1000, 10000, 30000, 50000, 100000, None])
+    policies: list[str] = field(default_factory=lambda: ["lru", "lfu", "length_aware"])
+    global_local: GlobalLocalConfig = field(default_factory=GlobalLocalConfig)
+
+    def __post_init__(self) -> None:
+        for cap in self.capacities:
+            if cap is not None and cap <= 0:
+                raise ConfigError(f"cache_study.capacities: capacities must be > 0 or null (infinite), got {cap}")
+        if self.global_local.n_instances < 1:
+            raise ConfigError("cache_study.global_local.n_instances: must be >= 1")
+
+
+@dataclass
+class Config:
+    """The whole run configuration (``conf/config.yaml`` composes onto this)."""
+
+    job: str = "serve"
+    experiment_name: str = "default"
+    results_dir: str = "results"
+    data_dir: Optional[str] = None
+    seed: int = 0
+    system: SystemConfig = MISSING
+    engine: EngineConfig = MISSING
+    model: ModelConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    workload: Any = MISSING  # one of the workload schemas, chosen by the workload group
+    slo: SLOConfig = MISSING
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    validity: ValidityConfig = field(default_factory=ValidityConfig)
+    cache_study: CacheStudyConfig = field(default_factory=CacheStudyConfig)
+
+    def __post_init__(self) -> None:
+        if self.job not in JOBS:
+            raise ConfigError(f"job: expected one of {', '.join(JOBS)}, got {self.job!r}")
+
+
+WORKLOAD_SCHEMAS = {
+    "_schema_mooncake_trace": MooncakeTraceConfig,
+    "_schema_azure_trace": AzureTraceConfig,
+    "_schema_shared_prefix": SharedPrefixConfig,
+}
+
+
+def register_configs(store: ConfigStore | None = None) -> None:
+    """Register the schemas with Hydra's ConfigStore (idempotent)."""
+    cs = store or ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    for name, schema in WORKLOAD_SCHEMAS.items():
+        cs.store(group="workload", name=name, node=schema)
+
+
+def check_unknown_keys(node: DictConfig, path: str = "") -> None:
+    """Reject keys a schema does not declare (Hydra's ``+key=value`` bypasses struct mode)."""
+    schema = OmegaConf.get_type(node)
+    if dataclasses.is_dataclass(schema):
+        known = {f.name for f in dataclasses.fields(schema)}
+        for key in node:
+            if key not in known:
+                name = f"{path}.{key}" if path else str(key)
+                raise ConfigError(f"{name}: unknown key; {schema.__name__} accepts {', '.join(sorted(known))}")
+    for key in node:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            check_unknown_keys(child, f"{path}.{key}" if path else str(key))
+
+
+def validate(cfg: DictConfig) -> Config:
+    """Turn the composed config into dataclasses, raising ``ConfigError`` that names the bad key."""
+    check_unknown_keys(cfg)
+    try:
+        return OmegaConf.to_object(cfg)  # type: ignore[return-value]
+    except MissingMandatoryValue as exc:
+        raise ConfigError(f"{exc.full_key}: missing required value (set it on the command line, e.g. {exc.full_key}=...)") from exc
+    except OmegaConfBaseException as exc:
+        cause = exc.__cause__ if isinstance(exc.__cause__, ValueError) else None
+        if cause is not None:
+            raise ConfigError(str(cause)) from exc
+        raise ConfigError(f"{getattr(exc, 'full_key', '') or 'config'}: {getattr(exc, 'msg', exc)}") from exc
+    except ConfigError:
+        raise
+    except ValueError as exc:  # value checks in the schemas' __post_init__ (they name the key)
+        raise ConfigError(str(exc)) from exc

@@ -1,0 +1,1 @@
+"""Studies: jobs that answer a question from traces alone, without serving requests."""

@@ -1,0 +1,94 @@
+"""The Weights & Biases adapter: config, flattened summary metrics, tables, figures and the run
+folder as an artifact. Runs offline when no API key is configured and says how to sync."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.records import RunSummary
+from harness.results import RunFolder
+
+log = logging.getLogger(__name__)
+
+MAX_TABLE_ROWS = 200_000  # W&B tables beyond this are slow to upload and render; the artifact has all rows
+
+
+def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested dicts into ``a/b/c`` keys (W&B summary keys)."""
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        path = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, path))
+        else:
+            flat[path] = value
+    return flat
+
+
+def has_api_key() -> bool:
+    """True when W&B credentials are configured (env var or netrc entry)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    try:
+        return "api.wandb.ai" in netrc.read_text(encoding="utf-8")
+    except OSError:
+        return False
+
+
+def resolve_mode(requested: str | None) -> str:
+    if requested is not None:
+        return requested
+    return "online" if has_api_key() else "offline"
+
+
+def publish_to_wandb(logger_cfg: Any, summary: RunSummary, config: Mapping[str, Any], folder: RunFolder,
+                     tables: Mapping[str, pd.DataFrame], figures: Sequence[Path]) -> None:
+    """Log one finished job as one W&B run."""
+    try:
+        import wandb
+    except ImportError as exc:
+        raise RuntimeError("logger=wandb needs the wandb extra: pip install -e '.[wandb]'") from exc
+
+    mode = resolve_mode(logger_cfg.mode)
+    run = wandb.init(
+        project=logger_cfg.project, entity=logger_cfg.entity, mode=mode, dir=str(folder.path),
+        name=f"{summary.experiment}/{summary.job}", group=summary.experiment, job_type=summary.kind,
+        tags=list(logger_cfg.tags), config=dict(config), reinit="finish_previous",
+    )
+    try:
+        scalars = {k: v for k, v in flatten({"metrics": summary.metrics, "validity": summary.validity}).items()
+                   if isinstance(v, int | float | bool | str) or v is None}
+        run.summary.update({**scalars, "status": summary.status, "git_sha": summary.git_sha})
+        for name, frame in tables.items():
+            if len(frame) > MAX_TABLE_ROWS:
+                log.warning("W&B table %s truncated to %d of %d rows (the artifact holds all)", name,
+                            MAX_TABLE_ROWS, len(frame))
+                frame = frame.head(MAX_TABLE_ROWS)
+            run.log({f"table/{name}": wandb.Table(dataframe=frame.reset_index(drop=True))})
+        for path in figures:
+            if path.suffix == ".png":
+                run.log({f"figure/{path.stem}": wandb.Image(str(path))})
+        artifact = wandb.Artifact(name=f"run-{summary.experiment}-{summary.job}".replace("/", "-"), type="run-folder",
+                                  metadata=dataclasses.asdict(summary) | {"metrics": scalars})
+        for child in folder.path.iterdir():
+            if child.name == "wandb":
+                continue
+            if child.is_dir():
+                artifact.add_dir(str(child), name=child.name)
+            else:
+                artifact.add_file(str(child), name=child.name)
+        run.log_artifact(artifact)
+        local_dir = run.dir
+    finally:
+        run.finish()
+    if mode == "offline":
+        offline_dir = Path(local_dir).parent
+        log.info("W&B ran offline (no API key). Upload later with: wandb sync %s", offline_dir)

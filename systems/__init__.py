@@ -1,0 +1,1 @@
+"""Deployments under test: simulator, real-process launchers, routing policies and KV-cache models."""

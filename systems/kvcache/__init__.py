@@ -1,0 +1,23 @@
+"""KV-cache models: trace-driven prefix-cache replay (Mooncake's cache study)."""
+
+from systems.kvcache.prefix_cache_replay import (
+    EvictionPolicy,
+    GlobalLocalResult,
+    RoutingPolicy,
+    flatten_blocks,
+    hit_rates,
+    replay_global_vs_local,
+    replay_prefix_hits,
+    replay_sweep,
+)
+
+__all__ = [
+    "EvictionPolicy",
+    "GlobalLocalResult",
+    "RoutingPolicy",
+    "flatten_blocks",
+    "hit_rates",
+    "replay_global_vs_local",
+    "replay_prefix_hits",
+    "replay_sweep",
+]

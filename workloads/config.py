@@ -1,0 +1,220 @@
+"""Structured-config schemas of the workloads (Hydra/OmegaConf), checked in ``__post_init__``.
+
+OmegaConf rejects unknown keys, wrong types and missing (``???``) values while composing; the checks here
+cover what a type cannot say (positive sizes, known kinds, values required by another value). They run
+whenever a dataclass is constructed, including inside ``OmegaConf.to_object``, and raise
+:class:`~workloads.errors.WorkloadConfigError` whose message starts with the offending key.
+A ``???`` value is left to OmegaConf (and to :func:`missing_keys`), never checked here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+from omegaconf import MISSING
+
+from workloads.errors import WorkloadConfigError
+
+ARRIVAL_KINDS = ("trace", "poisson", "gamma", "closed_loop")
+WORKLOAD_KINDS = ("mooncake_trace", "azure_trace", "shared_prefix")
+
+
+def _is_missing(value: Any) -> bool:
+    return isinstance(value, str) and value == MISSING
+
+
+def _fail(key: str, problem: str) -> None:
+    raise WorkloadConfigError(f"workload.{key}: {problem}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_int(key: str, value: Any, minimum: int) -> None:
+    if _is_missing(value):
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        _fail(key, f"must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_positive(key: str, value: Any) -> None:
+    if _is_missing(value):
+        return
+    if not _is_number(value) or value <= 0:
+        _fail(key, f"must be a finite number > 0, got {value!r}")
+
+
+def missing_keys(cfg: Any, prefix: str = "workload") -> list[str]:
+    """Dotted keys of every field of a (nested) config dataclass still set to ``???``."""
+    found: list[str] = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        key = f"{prefix}.{f.name}"
+        if _is_missing(value):
+            found.append(key)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            found.extend(missing_keys(value, key))
+    return found
+
+
+@dataclass
+class ArrivalConfig:
+    """When requests are issued: trace replay, an open-loop process, or a closed loop."""
+
+    kind: str = "trace"  # trace | poisson | gamma | closed_loop
+    rate_rps: Optional[float] = None  # required for poisson and gamma
+    cv: float = 1.0  # gamma coefficient of variation (burstiness); 1.0 == Poisson
+    time_scale: float = 1.0  # trace replay: scheduled = trace_time * time_scale (0.5 replays 2x faster)
+    concurrency: Optional[int] = None  # required for closed_loop
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`WorkloadConfigError` naming the first invalid ``workload.arrival.*`` key."""
+        if self.kind not in ARRIVAL_KINDS:
+            _fail("arrival.kind", f"expected one of {', '.join(ARRIVAL_KINDS)}, got {self.kind!r}")
+        if self.kind in ("poisson", "gamma"):
+            if self.rate_rps is None or _is_missing(self.rate_rps):
+                _fail(
+                    "arrival.rate_rps",
+                    f"required when arrival.kind={self.kind} (e.g. workload.arrival.rate_rps=2.0)",
+                )
+            _check_positive("arrival.rate_rps", self.rate_rps)
+        elif self.rate_rps is not None:
+            _check_positive("arrival.rate_rps", self.rate_rps)
+        _check_positive("arrival.cv", self.cv)
+        _check_positive("arrival.time_scale", self.time_scale)
+        if self.kind == "closed_loop" and self.concurrency is None:
+            _fail(
+                "arrival.concurrency",
+                "required when arrival.kind=closed_loop (e.g. workload.arrival.concurrency=8)",
+            )
+        if self.concurrency is not None:
+            _check_int("arrival.concurrency", self.concurrency, 1)
+        _check_int("arrival.seed", self.seed, 0)
+
+
+def _synthetic_arrival_default() -> ArrivalConfig:
+    """Poisson arrivals with the rate still to be given (``workload.arrival.rate_rps=...``).
+
+    Built without running the rate check, so that the schema itself can be created; the check runs when
+    the config is instantiated (``OmegaConf.to_object``) or when the workload is built.
+    """
+    arrival = ArrivalConfig()
+    arrival.kind = "poisson"
+    return arrival
+
+
+@dataclass
+class WorkloadConfig:
+    """Fields common to every workload."""
+
+    KIND: ClassVar[Optional[str]] = None  # the ``kind`` a subclass accepts; None: any known kind
+
+    name: str = MISSING
+    kind: str = MISSING  # mooncake_trace | azure_trace | shared_prefix
+    max_requests: Optional[int] = None  # keep the first N requests
+    block_tokens: Optional[int] = (
+        None  # token-synthesis scale: each hash block becomes this many tokens (512 -> 16)
+    )
+    arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
+
+    def __post_init__(self) -> None:
+        if not _is_missing(self.name) and (not isinstance(self.name, str) or not self.name):
+            _fail("name", f"must be a non-empty string, got {self.name!r}")
+        if not _is_missing(self.kind):
+            if self.kind not in WORKLOAD_KINDS:
+                _fail("kind", f"expected one of {', '.join(WORKLOAD_KINDS)}, got {self.kind!r}")
+            if self.KIND is not None and self.kind != self.KIND:
+                _fail("kind", f"{type(self).__name__} is the schema of kind {self.KIND!r}, got {self.kind!r}")
+        if self.max_requests is not None:
+            _check_int("max_requests", self.max_requests, 1)
+        if self.block_tokens is not None:
+            _check_int("block_tokens", self.block_tokens, 1)
+
+
+@dataclass
+class MooncakeTraceConfig(WorkloadConfig):
+    """Replay of a Mooncake FAST'25 JSONL trace (timestamps in ms, 512-token prefix-block hash ids)."""
+
+    KIND: ClassVar[Optional[str]] = "mooncake_trace"
+
+    file: str = MISSING  # relative to the data directory, e.g. mooncake_fast25/conversation_trace.jsonl
+    block_size: int = 512
+    strict: bool = True  # False: skip bad rows, count them
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not _is_missing(self.file) and (not isinstance(self.file, str) or not self.file):
+            _fail("file", f"must be a non-empty path, got {self.file!r}")
+        _check_int("block_size", self.block_size, 1)
+
+
+@dataclass
+class AzureTraceConfig(WorkloadConfig):
+    """Replay of an Azure LLM inference trace 2023 CSV (no prefix information)."""
+
+    KIND: ClassVar[Optional[str]] = "azure_trace"
+
+    file: str = MISSING  # e.g. azure_llm_2023/AzureLLMInferenceTrace_code.csv
+    block_size: int = 512  # granularity of the (never shared) synthetic hash ids
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not _is_missing(self.file) and (not isinstance(self.file, str) or not self.file):
+            _fail("file", f"must be a non-empty path, got {self.file!r}")
+        _check_int("block_size", self.block_size, 1)
+
+
+@dataclass
+class SharedPrefixConfig(WorkloadConfig):
+    """Synthetic groups of sessions that share a system prompt, optionally multi-turn and Zipf-skewed."""
+
+    KIND: ClassVar[Optional[str]] = "shared_prefix"
+
+    arrival: ArrivalConfig = field(default_factory=_synthetic_arrival_default)
+    num_groups: int = 8
+    prompts_per_group: int = 16  # sessions per group (exact when zipf_alpha == 0)
+    shared_prefix_len: int = 1024  # tokens
+    question_len: int = 128  # tokens per turn
+    output_len: int = 64  # tokens per turn (answer), also the history added to the next turn
+    turns: int = 1  # turns per session (multi-turn: each turn's prompt contains all previous turns)
+    zipf_alpha: float = 0.0  # > 0: group of each session drawn from Zipf(alpha) over groups
+    block_size: int = 16  # hash-block granularity; all token lengths must be multiples of it
+    max_input_len: Optional[int] = None  # error (not drop) if a prompt would exceed it
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("num_groups", "prompts_per_group", "turns", "block_size", "question_len", "output_len"):
+            _check_int(key, getattr(self, key), 1)
+        _check_int("shared_prefix_len", self.shared_prefix_len, 0)
+        _check_int("seed", self.seed, 0)
+        if self.max_input_len is not None:
+            _check_int("max_input_len", self.max_input_len, 1)
+        if not _is_missing(self.zipf_alpha) and (not _is_number(self.zipf_alpha) or self.zipf_alpha < 0):
+            _fail("zipf_alpha", f"must be a finite number >= 0, got {self.zipf_alpha!r}")
+        # Lengths that become prompt content must fill whole blocks. The answer is prompt content only
+        # from the second turn on.
+        multi_turn = isinstance(self.turns, int) and self.turns > 1
+        multiples = ["shared_prefix_len", "question_len"] + (["output_len"] if multi_turn else [])
+        for key in multiples:
+            value = getattr(self, key)
+            if _is_missing(value) or not isinstance(self.block_size, int) or self.block_size < 1:
+                continue
+            if value % self.block_size:
+                _fail(key, f"must be a multiple of workload.block_size={self.block_size}, got {value}")
+        if isinstance(self.arrival, ArrivalConfig):
+            if self.arrival.kind == "trace":
+                _fail(
+                    "arrival.kind",
+                    "'trace' needs trace timestamps, and shared_prefix is a synthetic workload; "
+                    "use poisson, gamma or closed_loop (e.g. workload.arrival.kind=poisson workload.arrival.rate_rps=2.0)",
+                )
+            self.arrival.validate()

@@ -1,0 +1,106 @@
+"""Locating trace files: the data-directory search and where each known trace is published upstream."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Optional
+
+from workloads.errors import TraceNotFoundError
+
+logger = logging.getLogger(__name__)
+
+DATA_DIR_ENV = "DATA_DIR"
+_REPO_ROOT = Path(__file__).resolve().parent.parent  # the parent of the ``workloads`` package
+
+
+@dataclass(frozen=True)
+class UpstreamSource:
+    """Where a trace file is published."""
+
+    repo_url: str
+    path: str  # path of the file inside the repository
+
+    def describe(self) -> str:
+        return f"{self.repo_url}, path {self.path}"
+
+
+_MOONCAKE = "https://github.com/kvcache-ai/Mooncake"
+_AZURE = "https://github.com/Azure/AzurePublicDataset"
+
+UPSTREAM_SOURCES: MappingProxyType[str, UpstreamSource] = MappingProxyType(
+    {
+        "conversation_trace.jsonl": UpstreamSource(
+            _MOONCAKE, "FAST25-release/traces/conversation_trace.jsonl"
+        ),
+        "synthetic_trace.jsonl": UpstreamSource(_MOONCAKE, "FAST25-release/traces/synthetic_trace.jsonl"),
+        "toolagent_trace.jsonl": UpstreamSource(_MOONCAKE, "FAST25-release/traces/toolagent_trace.jsonl"),
+        "mooncake_trace.jsonl": UpstreamSource(_MOONCAKE, "FAST25-release/arxiv-trace/mooncake_trace.jsonl"),
+        "AzureLLMInferenceTrace_code.csv": UpstreamSource(_AZURE, "data/AzureLLMInferenceTrace_code.csv"),
+        "AzureLLMInferenceTrace_conv.csv": UpstreamSource(_AZURE, "data/AzureLLMInferenceTrace_conv.csv"),
+    }
+)
+
+
+def search_dirs(data_dir: Optional[str] = None) -> list[Path]:
+    """Directories searched for a relative trace path, in order, without duplicates.
+
+    ``data_dir`` (explicit), ``$DATA_DIR``, ``./data``, ``./../shared/traces`` (relative to the current
+    directory), then ``<repo root>/../shared/traces``.
+    """
+    candidates: list[Path] = []
+    if data_dir:
+        candidates.append(Path(data_dir).expanduser())
+    env = os.environ.get(DATA_DIR_ENV, "")
+    if env:
+        candidates.append(Path(env).expanduser())
+    cwd = Path.cwd()
+    candidates += [cwd / "data", cwd.parent / "shared" / "traces", _REPO_ROOT.parent / "shared" / "traces"]
+    unique: list[Path] = []
+    seen: set[Path] = set()
+    for cand in candidates:
+        key = cand.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(cand)
+    return unique
+
+
+def upstream_hint(file: str) -> str:
+    """One sentence saying where ``file`` is published (or that no source is known)."""
+    source = UPSTREAM_SOURCES.get(Path(file).name)
+    if source is None:
+        return "no upstream source is known for this file name"
+    return f"it is published upstream at {source.describe()}"
+
+
+def resolve_trace_path(file: str, data_dir: Optional[str] = None) -> Path:
+    """The path of trace ``file``: as-is when absolute, else the first searched directory that holds it.
+
+    Raises :class:`TraceNotFoundError` naming the file, every directory searched and the upstream source.
+    """
+    path = Path(file).expanduser()
+    if path.is_absolute():
+        if path.is_file():
+            return path
+        raise TraceNotFoundError(
+            f"trace file {str(path)!r} not found (absolute path, no search); {upstream_hint(file)}",
+            file=file,
+            searched=[],
+        )
+    dirs = search_dirs(data_dir)
+    for directory in dirs:
+        candidate = directory / path
+        if candidate.is_file():
+            logger.debug("trace %s resolved to %s", file, candidate)
+            return candidate
+    listing = "; ".join(str(d) for d in dirs)
+    raise TraceNotFoundError(
+        f"trace file {file!r} not found in any data directory (searched, in order: {listing}); "
+        f"{upstream_hint(file)}. Put it under one of these directories, pass data_dir, or set ${DATA_DIR_ENV}.",
+        file=file,
+        searched=[str(d) for d in dirs],
+    )
