@@ -44,4 +44,6 @@ fi
 
 "$venv/bin/python" -m pip install -q --upgrade pip
 "$venv/bin/python" -m pip install -q -e ".[${extras}]"
+# Fill numba's on-disk cache now (a few seconds once), not in the first study or benchmark.
+"$venv/bin/python" -c "from systems.kvcache import precompile; precompile()"
 echo "bootstrap: $venv ready ($("$venv/bin/python" --version), extras: ${extras})"

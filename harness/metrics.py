@@ -358,6 +358,9 @@ def summarize(records: Iterable[RequestRecord], slo: SLOConfig, n_gpus: int = 1)
 
     request_rps = _rate(n_ok, duration_s)
     goodput = _rate(n_met, duration_s)
+    sent = np.sort(cols["sent_s"][np.isfinite(cols["sent_s"])])
+    issue_span = float(sent[-1] - sent[0]) if len(sent) >= 2 else 0.0
+    achieved_issue_rate = (len(sent) - 1) / issue_span if issue_span > 0 else None
     summary: dict[str, Any] = {
         "n_issued": n_issued,
         "n_ok": n_ok,
@@ -366,6 +369,7 @@ def summarize(records: Iterable[RequestRecord], slo: SLOConfig, n_gpus: int = 1)
         "n_unfinished": n_unfinished,
         "error_rate": _ratio(n_failed, n_issued),
         "duration_s": duration_s,
+        "achieved_issue_rate_rps": achieved_issue_rate,
         "n_output_tokens": out_tokens,
         "n_input_tokens": in_tokens,
         "request_throughput_rps": request_rps,

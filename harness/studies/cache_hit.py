@@ -67,12 +67,14 @@ def run_cache_study(cfg: Any, folder: RunFolder) -> JobResult:
     replay_s = 0.0
     n_points = len(study.traces) * (len(policies) * len(study.capacities)
                                    + len(routings) * len(study.global_local.capacities_per_instance))
-    progress = tqdm(total=n_points, desc="cache study", unit="point")
-    for label, file in study.traces.items():
+    loaded = {}
+    for label, file in study.traces.items():  # load and validate every trace before computing anything
         wcfg = MooncakeTraceConfig(name=label, kind="mooncake_trace", file=file,
                                    block_size=study.block_size, strict=study.strict)
-        requests = build_workload(wcfg, data_dir=cfg.data_dir).requests()
-        workload_stats[label] = dict(requests.stats)
+        loaded[label] = build_workload(wcfg, data_dir=cfg.data_dir).requests()
+        workload_stats[label] = dict(loaded[label].stats)
+    progress = tqdm(total=n_points, desc="cache study", unit="point")
+    for label, requests in loaded.items():
         specs = requests.specs
         dense_ids, offsets = flatten_blocks([s.hash_ids for s in specs])
         n_blocks = np.diff(offsets)

@@ -56,6 +56,7 @@ __all__ = [
     "RoutingPolicy",
     "flatten_blocks",
     "hit_rates",
+    "precompile",
     "replay_global_vs_local",
     "replay_prefix_hits",
     "replay_sweep",
@@ -87,6 +88,8 @@ _POLICY_CODE = {
 
 # Bucket keys beyond this live in the kernels' overflow heap (bounded memory for very frequent blocks).
 _MAX_DENSE_BUCKETS = 1 << 16
+# Kernel state is indexed by block id: ids far above the number of references must be remapped first.
+_MAX_SPARSE_IDS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,10 @@ def _validate(dense_ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, n
     if dense.shape[0] and dense.min() < 0:
         raise ValueError("dense_ids must be non-negative (use flatten_blocks)")
     n_unique = int(dense.max()) + 1 if dense.shape[0] else 0
+    if n_unique > max(4 * dense.shape[0], _MAX_SPARSE_IDS):
+        raise ValueError(
+            f"block ids go up to {n_unique - 1} for {dense.shape[0]} references: remap them with flatten_blocks"
+        )
     max_len = int(np.diff(offs).max()) if offs.shape[0] > 1 else 0
     return dense, offs, n_unique, max_len
 
@@ -262,3 +269,17 @@ def hit_rates(
         float(np.minimum(hits * int(block_size), lengths).sum()) / total_tokens if total_tokens else 0.0
     )
     return block_rate, token_rate
+
+
+def precompile() -> None:
+    """Compile every kernel once on a tiny trace so numba's on-disk cache is filled.
+
+    The first compile takes a few seconds; ``make`` runs this at set-up so studies and benchmarks in
+    later processes load the cached machine code instead.
+    """
+    dense, offsets = flatten_blocks([[0, 1, 2], [0, 1, 3], [4]])
+    for policy in EvictionPolicy:
+        replay_prefix_hits(dense, offsets, 2, policy)
+        replay_prefix_hits(dense, offsets, None, policy)
+        for routing in RoutingPolicy:
+            replay_global_vs_local(dense, offsets, 2, 1, policy, routing, seed=0)

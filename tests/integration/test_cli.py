@@ -60,8 +60,8 @@ def test_cache_study_experiment_end_to_end(tmp_path, shared_traces):
 def test_missing_trace_fails_cleanly(tmp_path):
     proc = run_harness(["experiment=mooncake_cache_hit",
                         "cache_study.traces={conversation: no_such_dir/missing_trace.jsonl}"], tmp_path)
-    assert proc.returncode != 0
-    assert "missing_trace.jsonl" in proc.stderr
+    assert proc.returncode == 2
+    assert "missing_trace.jsonl" in proc.stderr and "Traceback" not in proc.stderr
     (job,) = job_dirs(tmp_path)
     summary = json.loads((job / "summary.json").read_text())
     assert summary["status"] == "failed"

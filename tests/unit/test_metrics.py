@@ -433,3 +433,10 @@ def test_summary_accepts_plain_string_status() -> None:
     r2 = RequestRecord(**{**{f: getattr(r, f) for f in r.__slots__}, "status": "ok"})  # type: ignore[arg-type]
     s = summarize([r2], SLOConfig(ttft_ms=150))
     assert s["n_ok"] == 1 and s["slo_attainment"] == 1.0
+
+
+def test_achieved_issue_rate_from_send_times(records: list[RequestRecord]) -> None:
+    # Sends at 0.001, 1, 2, 3, 4, 5.002: five gaps over 5.001 s.
+    summary = summarize(records, SLOConfig())
+    assert summary["achieved_issue_rate_rps"] == approx(5 / 5.001)
+    assert summarize(records[:1], SLOConfig())["achieved_issue_rate_rps"] is None

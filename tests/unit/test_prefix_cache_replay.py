@@ -13,6 +13,7 @@ from systems.kvcache import (
     RoutingPolicy,
     flatten_blocks,
     hit_rates,
+    prefix_cache_replay,
     replay_global_vs_local,
     replay_prefix_hits,
     replay_sweep,
@@ -239,6 +240,8 @@ def test_invalid_inputs_raise() -> None:
         replay_prefix_hits(d, o, 4, "fifo")
     with pytest.raises(ValueError):
         replay_global_vs_local(d, o, 0, 4)
+    with pytest.raises(ValueError, match="flatten_blocks"):
+        replay_prefix_hits(np.array([0, 10**9]), np.array([0, 2]), 4, LRU)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -256,6 +259,23 @@ def test_kernels_match_reference_on_random_traces(seed: int) -> None:
         if capacity is not None:
             lru = replay_prefix_hits(d, o, capacity, LRU).tolist()
             assert lru == ref_lru_ordereddict(reqs, capacity)
+
+
+@pytest.mark.parametrize("max_dense", [1, 2, 5, 63, 64, 65, 130])
+def test_overflow_heap_matches_reference(monkeypatch: pytest.MonkeyPatch, max_dense: int) -> None:
+    # Few dense buckets push frequent blocks into the kernels' overflow heap; results must not change.
+    monkeypatch.setattr(prefix_cache_replay, "_MAX_DENSE_BUCKETS", max_dense)
+    for seed in range(3):
+        rng = np.random.default_rng(50 + seed)
+        reqs = random_trace(rng, 200, universe=15, max_len=12)
+        d, o = flat(reqs)
+        for capacity in (1, 3, 7, 20):
+            for policy in EvictionPolicy:
+                got = replay_prefix_hits(d, o, capacity, policy).tolist()
+                assert got == ref_replay(reqs, capacity, policy), (seed, capacity, policy)
+        res = replay_global_vs_local(d, o, 3, 4, LA, RoutingPolicy.CACHE_AWARE)
+        hits, inst = ref_local(reqs, 3, 4, LA, RoutingPolicy.CACHE_AWARE, 0)
+        assert res.local_hits.tolist() == hits and res.instance.tolist() == inst
 
 
 def test_sweep_matches_single_runs() -> None:
