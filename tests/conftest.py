@@ -1,4 +1,4 @@
-"""Shared test fixtures: paths to the repository, its config tree and the shipped public traces."""
+"""Shared test fixtures: the directory holding the public traces (found like the suite finds them)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,15 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-CONF_DIR = REPO / "conf"
-SHARED_TRACES = REPO.parent / "shared" / "traces"
+from workloads.datadir import resolve_trace_path
+from workloads.errors import TraceNotFoundError
 
 
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
-    if not (SHARED_TRACES / "mooncake_fast25" / "conversation_trace.jsonl").is_file():
-        pytest.skip(f"shipped traces not found under {SHARED_TRACES}")
-    return SHARED_TRACES
+    """Root of the trace directory; fails (never skips) when the traces cannot be found."""
+    try:
+        path = resolve_trace_path("mooncake_fast25/conversation_trace.jsonl")
+    except TraceNotFoundError as exc:
+        pytest.fail(f"the tests need the public traces: {exc}")
+    return path.parent.parent
