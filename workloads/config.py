@@ -140,14 +140,11 @@ class WorkloadConfig:
 
 
 @dataclass
-class MooncakeTraceConfig(WorkloadConfig):
-    """Replay of a Mooncake FAST'25 JSONL trace (timestamps in ms, 512-token prefix-block hash ids)."""
-
-    KIND: ClassVar[Optional[str]] = "mooncake_trace"
+class TraceFileConfig(WorkloadConfig):
+    """Fields shared by the workloads replayed from a trace file."""
 
     file: str = MISSING  # relative to the data directory, e.g. mooncake_fast25/conversation_trace.jsonl
-    block_size: int = 512
-    strict: bool = True  # False: skip bad rows, count them
+    block_size: int = 512  # tokens per hash block
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -157,19 +154,20 @@ class MooncakeTraceConfig(WorkloadConfig):
 
 
 @dataclass
-class AzureTraceConfig(WorkloadConfig):
-    """Replay of an Azure LLM inference trace 2023 CSV (no prefix information)."""
+class MooncakeTraceConfig(TraceFileConfig):
+    """Replay of a Mooncake FAST'25 JSONL trace."""
+
+    KIND: ClassVar[Optional[str]] = "mooncake_trace"
+
+    strict: bool = True  # False: skip bad rows, count them
+
+
+@dataclass
+class AzureTraceConfig(TraceFileConfig):
+    """Replay of an Azure LLM inference trace 2023 CSV (no prefix information; block_size is the
+    granularity of the never-shared synthetic hash ids)."""
 
     KIND: ClassVar[Optional[str]] = "azure_trace"
-
-    file: str = MISSING  # e.g. azure_llm_2023/AzureLLMInferenceTrace_code.csv
-    block_size: int = 512  # granularity of the (never shared) synthetic hash ids
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not _is_missing(self.file) and (not isinstance(self.file, str) or not self.file):
-            _fail("file", f"must be a non-empty path, got {self.file!r}")
-        _check_int("block_size", self.block_size, 1)
 
 
 @dataclass
