@@ -8,12 +8,13 @@ from pathlib import Path
 from types import MappingProxyType
 
 from figures.cache_hit import plot_global_vs_local, plot_hit_rate_curve
+from figures.serving import plot_latency_vs_rate
 
 log = logging.getLogger(__name__)
 
 FIGURES_BY_KIND: Mapping[str, tuple[Callable[[Path], list[Path]], ...]] = MappingProxyType({
     "cache_study": (plot_hit_rate_curve, plot_global_vs_local),
-    "serve": (),
+    "serve": (plot_latency_vs_rate,),
     "workload": (),
 })
 

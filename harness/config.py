@@ -16,12 +16,12 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from harness.engine_config import ENGINE_SCHEMAS
 from harness.slo import SLOConfig
 from harness.validity import ValidityConfig
 from workloads.config import AzureTraceConfig, MooncakeTraceConfig, SharedPrefixConfig
 
 SYSTEMS = ("vllm_baseline", "mooncake", "distserve", "splitwise")
-ENGINES = ("sim", "vllm", "sglang", "endpoint")
 JOBS = ("serve", "cache_study", "workload")
 
 
@@ -53,23 +53,6 @@ class SystemConfig:
     @property
     def n_instances(self) -> int:
         return self.colocated_instances + self.prefill_instances + self.decode_instances
-
-
-@dataclass
-class EngineConfig:
-    """What executes the system: the simulator or a real serving engine."""
-
-    name: str = MISSING
-    description: str = ""
-    url: Optional[str] = None  # engine=endpoint: base URL of an already running OpenAI-compatible service
-    extra_args: list[str] = field(default_factory=list)  # appended to every server command line
-    startup_timeout_s: float = 600.0
-
-    def __post_init__(self) -> None:
-        if self.name not in ENGINES:
-            raise ConfigError(f"engine.name: expected one of {', '.join(ENGINES)}, got {self.name!r}")
-        if self.name == "endpoint" and not self.url:
-            raise ConfigError("engine.url: required when engine=endpoint (e.g. engine.url=http://127.0.0.1:8000)")
 
 
 @dataclass
@@ -172,6 +155,18 @@ class CacheStudyConfig:
 
 
 @dataclass
+class SweepConfig:
+    """Measured points of one serving job, run on one deployment (prefix cache reset between them)."""
+
+    rates_rps: list[float] = field(default_factory=list)  # empty: one point at the workload's own arrivals
+
+    def __post_init__(self) -> None:
+        for rate in self.rates_rps:
+            if rate <= 0:
+                raise ConfigError(f"sweep.rates_rps: rates must be > 0, got {rate}")
+
+
+@dataclass
 class Config:
     """The whole run configuration (``conf/config.yaml`` composes onto this)."""
 
@@ -181,7 +176,7 @@ class Config:
     data_dir: Optional[str] = None
     seed: int = 0
     system: SystemConfig = MISSING
-    engine: EngineConfig = MISSING
+    engine: Any = MISSING  # one of the engine schemas, chosen by the engine group
     model: ModelConfig = MISSING
     hardware: HardwareConfig = MISSING
     workload: Any = MISSING  # one of the workload schemas, chosen by the workload group
@@ -189,6 +184,7 @@ class Config:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     validity: ValidityConfig = field(default_factory=ValidityConfig)
     cache_study: CacheStudyConfig = field(default_factory=CacheStudyConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
 
     def __post_init__(self) -> None:
         if self.job not in JOBS:
@@ -208,6 +204,8 @@ def register_configs(store: ConfigStore | None = None) -> None:
     cs.store(name="base_config", node=Config)
     for name, schema in WORKLOAD_SCHEMAS.items():
         cs.store(group="workload", name=name, node=schema)
+    for name, schema in ENGINE_SCHEMAS.items():
+        cs.store(group="engine", name=name, node=schema)
 
 
 def check_unknown_keys(node: DictConfig, path: str = "") -> None:

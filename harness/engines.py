@@ -1,12 +1,14 @@
-"""The engine interface (simulator or real deployment) and the factory that picks one by name.
+"""The engine interface and the factory that picks a deployment by ``(engine, system)``.
 
-An engine takes the workload's fixed requests and schedule and returns one ``RequestRecord`` per
-issued request. Engines are added by later parts of the suite; asking for one that this version does
-not ship is an error that says so, never a silent fallback.
+A deployment is brought up once per serving job (``with open_deployment(cfg, folder) as d``), runs
+one or more measured points (``d.run_point``) and is always torn down, even on Ctrl-C or an error.
+Every point returns one ``RequestRecord`` per issued request. Asking for a combination this version
+does not ship is an error that says so, never a silent fallback.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -14,39 +16,61 @@ from harness.records import RequestRecord
 from harness.results import RunFolder
 from workloads.base import WorkloadRequests
 
-AVAILABLE_ENGINES: dict[str, str] = {
+NOT_SHIPPED: dict[str, str] = {
     "sim": "the discrete-event cluster simulator (issue #4)",
-    "vllm": "real vLLM deployments (issue #3)",
     "sglang": "SGLang launch on GPU hosts (issue #5)",
-    "endpoint": "replay against a running OpenAI-compatible service (issue #3)",
 }
 
 
 class EngineUnavailableError(RuntimeError):
-    """The requested engine is not part of this version of the suite."""
+    """The requested engine/system combination is not part of this version of the suite."""
+
+
+class DeploymentError(RuntimeError):
+    """A deployment failed while serving (a server died, a component stopped answering)."""
 
 
 @dataclass(frozen=True)
 class EngineResult:
-    """Records of every issued request plus what the engine knows about validity and resources."""
+    """Records of every issued request of one point, plus what the engine knows about it."""
 
     records: tuple[RequestRecord, ...]
     n_gpus: int = 1
     invalid_reasons: tuple[str, ...] = ()
-    info: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)  # engine-side measurements (e.g. prefix hits)
 
 
-class Engine(Protocol):
-    """Runs a workload against a deployment."""
+class Deployment(Protocol):
+    """A running system under test."""
 
-    def run(self, requests: WorkloadRequests, folder: RunFolder) -> EngineResult: ...
+    context_limit: int | None  # prompt + output tokens the engine accepts; None when unlimited (simulator)
+    kv_block_size: int  # the engine's KV block, for predicting prefix hits
+
+    def run_point(self, requests: WorkloadRequests, folder: RunFolder) -> EngineResult: ...
+
+    def check_health(self) -> None:
+        """Raise ``DeploymentError`` if a component died."""
+        ...
+
+    def describe(self) -> dict[str, Any]: ...
 
 
-def build_engine(cfg: Any) -> Engine:
-    """Return the engine named by ``cfg.engine.name`` for ``cfg.system``."""
-    name = cfg.engine.name
+def open_deployment(cfg: Any, folder: RunFolder) -> AbstractContextManager[Deployment]:
+    """Bring up the deployment named by ``cfg.engine.name`` and ``cfg.system.name``."""
+    engine, system = cfg.engine.name, cfg.system.name
+    if engine == "endpoint":
+        from systems.endpoint import EndpointDeployment
+
+        return EndpointDeployment(cfg, folder)
+    if engine == "vllm" and system == "vllm_baseline":
+        from systems.vllm_baseline import VllmBaselineDeployment
+
+        return VllmBaselineDeployment(cfg, folder)
+    if engine == "vllm":
+        raise EngineUnavailableError(
+            f"system={system} engine=vllm: real disaggregated deployments land with issue #5; "
+            "this version runs system=vllm_baseline on engine=vllm")
     raise EngineUnavailableError(
-        f"engine={name}: {AVAILABLE_ENGINES.get(name, name)} is not shipped in this version of the suite. "
-        "What runs today: `python -m harness experiment=mooncake_cache_hit` (the prefix-cache study) and "
-        "`python -m harness job=workload workload=...` (materialise and describe a workload)."
-    )
+        f"engine={engine}: {NOT_SHIPPED.get(engine, engine)} is not shipped in this version of the suite. "
+        "What runs today: system=vllm_baseline engine=vllm, engine=endpoint engine.url=..., "
+        "experiment=mooncake_cache_hit, and job=workload.")

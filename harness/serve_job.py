@@ -1,39 +1,105 @@
-"""``job=serve``: replay a workload against an engine, then write records, metrics and validity."""
+"""``job=serve``: bring a deployment up once, run every measured point on it, and write records,
+metrics and validity per point.
+
+Points come from ``sweep.rates_rps`` (each overrides ``workload.arrival.rate_rps``) or, when that is
+empty, are the workload's own arrivals. All points' records go to one ``requests.parquet`` with a
+``point`` column; ``points.csv`` has one row of metrics per point. If a component dies, the records
+measured so far are still written, then the job fails.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from harness.engines import Engine, build_engine
+import pandas as pd
+
+from harness.engines import Deployment, EngineResult, open_deployment
 from harness.jobs import JobResult
 from harness.metrics import request_frame, summarize
-from harness.results import REQUESTS_FILE, RunFolder
+from harness.prompts import fit_to_context, predicted_prefix_hit_rate
+from harness.results import REQUESTS_FILE, RunFolder, records_frame
 from harness.validity import assess_validity
-from workloads.registry import build_workload
+from workloads.base import WorkloadRequests
+from workloads.registry import build_workload, to_workload_config
 
 log = logging.getLogger(__name__)
 
+POINTS_FILE = "points.csv"
 
-def run_serve(cfg: Any, folder: RunFolder, engine_factory: Callable[[Any], Engine] = build_engine) -> JobResult:
-    """Build the workload, run it on the configured engine and summarise the records."""
-    requests = build_workload(cfg.workload, data_dir=cfg.data_dir).requests()
-    log.info("workload %s: %d requests, offered rate %.3f req/s", cfg.workload.name,
-             len(requests.specs), requests.schedule.offered_rate_rps)
-    engine = engine_factory(cfg)
-    result = engine.run(requests, folder)
-    if len(result.records) != len(requests.specs):
-        raise RuntimeError(f"engine returned {len(result.records)} records for {len(requests.specs)} issued requests")
-    folder.write_records(result.records)
-    metrics = summarize(result.records, cfg.slo, n_gpus=result.n_gpus)
-    validity = assess_validity(result.records, metrics, cfg.validity, result.invalid_reasons)
-    workload_stats = dict(requests.stats)
-    workload_stats["offered_rate_rps"] = requests.schedule.offered_rate_rps
-    return JobResult(
-        metrics={**metrics, **{f"engine_{k}": v for k, v in result.info.items()}},
-        validity=validity,
-        workload=workload_stats,
-        files={"requests": REQUESTS_FILE},
-        tables={"requests": request_frame(result.records)},
-    )
+
+def point_workloads(cfg: Any) -> list[tuple[float | None, Any]]:
+    """(rate or None, workload config) of every measured point."""
+    base = to_workload_config(cfg.workload)
+    if not cfg.sweep.rates_rps:
+        return [(None, base)]
+    if base.arrival.kind not in ("poisson", "gamma"):
+        raise ValueError(f"sweep.rates_rps: needs workload.arrival.kind poisson or gamma, got {base.arrival.kind!r}")
+    return [(float(rate), dataclasses.replace(base, arrival=dataclasses.replace(base.arrival, rate_rps=float(rate))))
+            for rate in cfg.sweep.rates_rps]
+
+
+def _prepare(requests: WorkloadRequests, deployment: Deployment, cfg: Any) -> tuple[WorkloadRequests, dict[str, Any]]:
+    info: dict[str, Any] = {}
+    limit = deployment.context_limit
+    if limit is not None and getattr(cfg.engine, "cap_to_context", True):
+        requests, info = fit_to_context(requests, limit)
+        if info["n_prompt_capped"] or info["n_output_capped"]:
+            log.warning("%d prompts and %d outputs capped to fit a %d-token context", info["n_prompt_capped"],
+                        info["n_output_capped"], limit)
+    info["predicted_prefix_hit_rate"] = predicted_prefix_hit_rate(requests.specs, deployment.kv_block_size)
+    return requests, info
+
+
+def _point_frame(index: int, rate: float | None, result: EngineResult) -> pd.DataFrame:
+    frame = records_frame(result.records)
+    frame.insert(0, "point", index)
+    frame.insert(1, "rate_rps", rate)
+    return frame
+
+
+def run_serve(cfg: Any, folder: RunFolder,
+              deployment_factory: Callable[[Any, RunFolder], Any] = open_deployment) -> JobResult:
+    """Run every point on one deployment and summarise each."""
+    points = point_workloads(cfg)
+    frames: list[pd.DataFrame] = []
+    rows: list[dict[str, Any]] = []
+    validities: list[dict[str, Any]] = []
+    workload_stats: dict[str, Any] = {}
+    tables: dict[str, pd.DataFrame] = {}
+    with deployment_factory(cfg, folder) as deployment:
+        try:
+            for index, (rate, wcfg) in enumerate(points):
+                requests = build_workload(wcfg, data_dir=cfg.data_dir).requests()
+                requests, prep = _prepare(requests, deployment, cfg)
+                label = f"point {index + 1}/{len(points)}" + (f" at {rate:g} req/s" if rate else "")
+                log.info("%s: %d requests, offered %.3f req/s", label, len(requests.specs),
+                         requests.schedule.offered_rate_rps)
+                result = deployment.run_point(requests, folder)
+                frames.append(_point_frame(index, rate, result))
+                metrics = summarize(result.records, cfg.slo, n_gpus=result.n_gpus)
+                validity = assess_validity(result.records, metrics, cfg.validity, result.invalid_reasons)
+                row = {"point": index, "rate_rps": rate, "offered_rate_rps": requests.schedule.offered_rate_rps,
+                       **prep, **{f"engine_{k}": v for k, v in result.info.items()}, **metrics,
+                       "valid": validity["valid"]}
+                rows.append(row)
+                validities.append(validity)
+                workload_stats = {**requests.stats, **prep, "offered_rate_rps": requests.schedule.offered_rate_rps}
+                tables = {"requests": request_frame(result.records)}
+                deployment.check_health()
+        finally:
+            if frames:  # keep what was measured, even when a component died mid-run
+                folder.write_table(REQUESTS_FILE, pd.concat(frames, ignore_index=True))
+                folder.write_table(POINTS_FILE, pd.DataFrame(rows))
+    points_frame = pd.DataFrame(rows)
+    if len(rows) == 1:
+        metrics_out: dict[str, Any] = dict(rows[0])
+        validity_out = validities[0]
+    else:
+        metrics_out = {"points": rows}
+        validity_out = {"valid": all(v["valid"] for v in validities), "points": validities}
+        tables = {"points": points_frame}
+    return JobResult(metrics=metrics_out, validity=validity_out, workload=workload_stats,
+                     files={"requests": REQUESTS_FILE, "points": POINTS_FILE}, tables=tables)
