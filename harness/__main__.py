@@ -9,10 +9,13 @@ from omegaconf import DictConfig
 
 from harness.app import context_from_hydra, run_job
 from harness.config import ConfigError, register_configs
-from harness.engines import EngineUnavailableError
+from harness.engines import DeploymentError, EngineUnavailableError
+from systems.launch.ports import PortInUseError
+from systems.launch.processes import ServerStartError
 from workloads.errors import WorkloadError
 
-USER_ERRORS = (ConfigError, WorkloadError, EngineUnavailableError)
+# Failures with a message that says what is wrong: printed without a traceback, exit code 2.
+USER_ERRORS = (ConfigError, WorkloadError, EngineUnavailableError, DeploymentError, ServerStartError, PortInUseError)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

@@ -60,7 +60,8 @@ class ModelConfig:
     """Model shape (enough for KV sizing and performance models) and where its weights live."""
 
     name: str = MISSING
-    path: Optional[str] = None  # local checkpoint folder; never downloaded
+    path: Optional[str] = None  # local checkpoint folder (synthetic models: where the build is cached)
+    synthetic: bool = False  # True: built locally with random weights and a local tokenizer (tiny_llama)
     num_layers: int = MISSING
     hidden_size: int = MISSING
     num_attention_heads: int = MISSING

@@ -1,0 +1,108 @@
+"""The routing-policy contract: what a driver (simulator or real router) tells a policy and asks of it.
+
+A driver owns the cluster state; a policy only sees a read-only view of it. For every request the
+driver calls, in this order and from one thread:
+
+1. ``index = policy.choose(req, instances)`` -- pick one of ``instances`` (a view of every instance,
+   in a fixed order: index ``i`` always names the same instance);
+2. ``policy.on_routed(req, index)`` -- the request was sent there;
+3. ``policy.on_finished(req, index)`` -- it ended there (completed, failed or abandoned).
+
+``choose`` may advance the policy's own decision state (its RNG, a rotation pointer); what was sent
+where is recorded in ``on_routed``. Policies are synchronous, deterministic given their seed and the
+call sequence, and never read clocks or globals, so the same object runs in the discrete-event
+simulator and in the HTTP router.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional
+
+__all__ = ["InstanceLoad", "RouteRequest", "RoutingPolicy", "TieBreaker", "least_outstanding"]
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    """What a policy knows about one request: its prefix-block hashes and size."""
+
+    request_id: int | str
+    block_hashes: tuple[int, ...]  # chained hashes of the prompt's full blocks (systems.policies.hashing)
+    n_prompt_tokens: int
+    tenant: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceLoad:
+    """Read-only view of one serving instance's load at decision time."""
+
+    name: str
+    outstanding: int  # requests routed there and not yet finished
+    queued_prompt_tokens: Optional[int] = None  # prompt tokens waiting for prefill, when the driver knows
+
+
+class RoutingPolicy(ABC):
+    """Base class of routing policies (see the module docstring for the call contract)."""
+
+    name: ClassVar[str] = ""
+    #: where the policy's view of the instances' caches comes from ("none" when it does not model caches)
+    source_of_truth: ClassVar[str] = "none"
+    #: whether ``choose`` reads ``block_hashes``/``n_prompt_tokens``; when False a driver may leave them
+    #: empty (the router then skips parsing and hashing the prompt)
+    needs_prompt: ClassVar[bool] = False
+
+    @abstractmethod
+    def choose(self, req: RouteRequest, instances: Sequence[InstanceLoad]) -> int:
+        """Index into ``instances`` of the instance that should serve ``req``."""
+
+    def on_routed(self, req: RouteRequest, index: int) -> None:  # noqa: B027 (optional hook)
+        """``req`` was sent to instance ``index``."""
+
+    def on_finished(self, req: RouteRequest, index: int) -> None:  # noqa: B027 (optional hook)
+        """``req`` ended on instance ``index`` (completed, failed or abandoned)."""
+
+    def describe(self) -> dict[str, Any]:
+        """Name and parameters, for logs and run summaries."""
+        return {"name": self.name, "source_of_truth": self.source_of_truth}
+
+
+def _require_instances(instances: Sequence[InstanceLoad]) -> int:
+    n = len(instances)
+    if n == 0:
+        raise ValueError("cannot route: no instances")
+    return n
+
+
+class TieBreaker:
+    """Round-robin among tied candidates: the first candidate at or after a rotating pointer wins.
+
+    Deterministic, and it spreads work over idle instances instead of always picking index 0.
+    """
+
+    __slots__ = ("_next",)
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def pick(self, candidates: Sequence[int], n: int) -> int:
+        """One of ``candidates`` (ascending indices into ``n`` instances); advances the pointer past it."""
+        chosen = candidates[0]
+        start = self._next % n
+        for c in candidates:
+            if c >= start:
+                chosen = c
+                break
+        self._next = chosen + 1
+        return chosen
+
+
+def least_outstanding(
+    instances: Sequence[InstanceLoad], ties: TieBreaker, among: Optional[Sequence[int]] = None
+) -> int:
+    """Index of the instance with the fewest outstanding requests (ties: ``ties``), optionally among ``among``."""
+    n = _require_instances(instances)
+    pool = range(n) if among is None else among
+    best = min(instances[i].outstanding for i in pool)
+    return ties.pick([i for i in pool if instances[i].outstanding == best], n)

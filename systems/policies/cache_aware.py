@@ -1,0 +1,144 @@
+"""Cache-aware routing: send a request where the longest prefix of its blocks is already cached.
+
+The policy cannot see inside the engines, so its source of truth is its own *routed history*: per
+instance, an LRU set of the block hashes of the requests it routed there (``on_routed``), capped at
+``capacity_blocks_per_instance`` blocks (``None``: never forget). A request's blocks are recorded last
+block first, so within one request the leading blocks are the most recent and are evicted last, as in
+vLLM, whose prefix cache frees a request's blocks tail first; a chain whose head was evicted is useless.
+
+Decision, for a request with chained block hashes ``h_0..h_{n-1}``:
+
+1. Load guard (``max_imbalance``, ``None``: off): only instances whose outstanding count is at most the
+   cluster minimum plus ``max_imbalance`` are candidates. Pure cache-aware routing otherwise piles every
+   request sharing a popular first block onto one instance (seen on the Mooncake conversation trace).
+2. Score each candidate ``match_blocks - load_weight * outstanding``, where ``match_blocks`` is the
+   number of leading hashes present in its record. ``load_weight = 0`` (default) is pure longest-prefix.
+3. Highest score wins; ties (including "no match anywhere") go to the fewest outstanding requests, then
+   round-robin among those (see :class:`~systems.policies.base.TieBreaker`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, ClassVar, Optional
+
+from systems.policies.base import InstanceLoad, RouteRequest, RoutingPolicy, TieBreaker, least_outstanding
+
+__all__ = ["BlockLRU", "CacheAwarePolicy"]
+
+_SCORE_TOL = 1e-9
+
+
+class BlockLRU:
+    """A set of block hashes with least-recently-recorded eviction at ``capacity`` blocks (``None``: unbounded)."""
+
+    __slots__ = ("_blocks", "capacity")
+
+    def __init__(self, capacity: Optional[int] = None) -> None:
+        if capacity is not None and capacity <= 0:
+            raise ValueError(f"capacity must be positive or None, got {capacity}")
+        self.capacity = capacity
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __contains__(self, block_hash: object) -> bool:
+        return block_hash in self._blocks
+
+    def prefix_len(self, hashes: Sequence[int]) -> int:
+        """How many leading ``hashes`` are present."""
+        blocks = self._blocks
+        k = 0
+        for h in hashes:
+            if h not in blocks:
+                break
+            k += 1
+        return k
+
+    def record(self, hashes: Sequence[int]) -> None:
+        """Make ``hashes`` the most recent blocks (``hashes[0]`` most recent of all), evicting the oldest."""
+        blocks = self._blocks
+        for h in reversed(hashes):
+            if h in blocks:
+                blocks.move_to_end(h)
+            else:
+                blocks[h] = None
+        if self.capacity is not None:
+            while len(blocks) > self.capacity:
+                blocks.popitem(last=False)
+
+
+class CacheAwarePolicy(RoutingPolicy):
+    """Longest-prefix-match routing over the policy's own routed history (see the module docstring)."""
+
+    name: ClassVar[str] = "cache_aware"
+    source_of_truth: ClassVar[str] = "routed-history"
+    needs_prompt: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        block_size: int = 128,
+        capacity_blocks_per_instance: Optional[int] = None,
+        load_weight: float = 0.0,
+        max_imbalance: Optional[int] = None,
+    ) -> None:
+        if block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        if load_weight < 0:
+            raise ValueError(f"load_weight must be >= 0, got {load_weight}")
+        if max_imbalance is not None and max_imbalance < 0:
+            raise ValueError(f"max_imbalance must be >= 0 or None, got {max_imbalance}")
+        if capacity_blocks_per_instance is not None and capacity_blocks_per_instance <= 0:
+            raise ValueError(
+                f"capacity_blocks_per_instance must be positive or None, got {capacity_blocks_per_instance}"
+            )
+        self.block_size = block_size
+        self.capacity_blocks_per_instance = capacity_blocks_per_instance
+        self.load_weight = float(load_weight)
+        self.max_imbalance = max_imbalance
+        self._caches: list[BlockLRU] = []
+        self._ties = TieBreaker()
+
+    def _cache(self, index: int) -> BlockLRU:
+        while len(self._caches) <= index:
+            self._caches.append(BlockLRU(self.capacity_blocks_per_instance))
+        return self._caches[index]
+
+    def prefix_match(self, req: RouteRequest, index: int) -> int:
+        """Leading blocks of ``req`` that instance ``index`` holds according to the routed history."""
+        return self._cache(index).prefix_len(req.block_hashes)
+
+    def cached_blocks(self, index: int) -> int:
+        """Number of blocks recorded for instance ``index``."""
+        return len(self._cache(index))
+
+    def choose(self, req: RouteRequest, instances: Sequence[InstanceLoad]) -> int:
+        n = len(instances)
+        if n == 0:
+            raise ValueError("cannot route: no instances")
+        self._cache(n - 1)
+        candidates: Sequence[int] = range(n)
+        if self.max_imbalance is not None:
+            limit = min(inst.outstanding for inst in instances) + self.max_imbalance
+            candidates = [i for i in range(n) if instances[i].outstanding <= limit]
+        hashes = req.block_hashes
+        w = self.load_weight
+        scores = [self._caches[i].prefix_len(hashes) - w * instances[i].outstanding for i in candidates]
+        best = max(scores)
+        tied = [i for i, s in zip(candidates, scores, strict=True) if s >= best - _SCORE_TOL]
+        return least_outstanding(instances, self._ties, among=tied)
+
+    def on_routed(self, req: RouteRequest, index: int) -> None:
+        self._cache(index).record(req.block_hashes)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "block_size": self.block_size,
+            "capacity_blocks_per_instance": self.capacity_blocks_per_instance,
+            "load_weight": self.load_weight,
+            "max_imbalance": self.max_imbalance,
+            "tie_break": "least_outstanding, then round_robin",
+        }
