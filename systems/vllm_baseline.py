@@ -107,7 +107,8 @@ class VllmBaselineDeployment:
                 cpu_kvcache_space_gib=self.engine.cpu_kvcache_space_gib, cpu_omp_threads_bind=pin,
                 tensor_parallel_size=self.engine.tensor_parallel_size,
                 gpu_memory_utilization=self.engine.gpu_memory_utilization,
-                extra_args=tuple(self.engine.extra_args), seed=self.cfg.seed))
+                extra_args=tuple(self.engine.extra_args), seed=self.cfg.seed,
+                nice=self.engine.server_nice if self.device == "cpu" else 0))
         return specs
 
     def _start_router(self, run_dir: Path) -> None:

@@ -4,6 +4,10 @@ A chunk *carries tokens* when one of its choices has non-empty ``text`` or ``tok
 ``finish_reason`` yet (servers send a non-final choice only for new tokens, even when its text is empty,
 e.g. vLLM with ``--skip-tokenizer-init``). ``n_out`` is ``usage.completion_tokens`` when the final usage
 chunk reports it, else the number of token-carrying chunks.
+
+Fast path: a compact JSON object with exactly one ``"finish_reason"`` key, whose value is ``null``, and a
+``null`` or absent ``usage`` is a plain token chunk; it is counted without being decoded (JSON escapes
+every quote inside strings, so that key text cannot come from generated text). Anything else is decoded.
 """
 
 from __future__ import annotations
@@ -15,6 +19,11 @@ from typing import Any
 from harness.loadgen.sse import SSEEvent
 
 _DONE = b"[DONE]"
+_decode_json = json.JSONDecoder().decode
+_FINISH_KEY = b'"finish_reason"'
+_FINISH_NULL = b'"finish_reason":null'
+_USAGE_KEY = b'"usage"'
+_USAGE_NULL = b'"usage":null'
 
 
 def _error_text(obj: Any) -> str:
@@ -41,6 +50,15 @@ class CompletionStream:
     def on_event(self, event: SSEEvent, t: float) -> None:
         """Account for one event that arrived at time ``t``."""
         data = event.data
+        if (
+            data[:1] == b"{"
+            and data[-1:] == b"}"
+            and _FINISH_NULL in data
+            and data.count(_FINISH_KEY) == 1
+            and (_USAGE_NULL in data or _USAGE_KEY not in data)
+        ):
+            self.chunk_times.append(t)
+            return
         if data == _DONE:
             if math.isnan(self.done_s):
                 self.done_s = t
@@ -49,7 +67,7 @@ class CompletionStream:
             self._fail(f"error event: {data[:300].decode('utf-8', 'replace')}")
             return
         try:
-            obj = json.loads(data)
+            obj = _decode_json(data.decode("utf-8"))
         except ValueError:
             self._fail(f"malformed event data: {data[:120]!r}")
             return

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import socket
 import ssl
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any, Optional, Protocol
 
@@ -94,6 +96,9 @@ class HTTPConnection(asyncio.Protocol):
             else:
                 self.abort()
             handler.on_end(t)
+        pool = self._pool
+        if pool.on_due is not None and perf_counter() >= pool.next_due:
+            pool.on_due()
 
     def eof_received(self) -> bool:
         return False  # close our side too; connection_lost follows
@@ -119,6 +124,8 @@ class ConnectionPool:
 
     ``acquire_idle`` is synchronous (the fast path); ``open`` makes a new connection. After an acquire that
     empties the pool, ``ensure_spare`` opens one more in the background so the next request finds one.
+    ``on_due``, when set, is called after a read once ``perf_counter()`` has passed ``next_due``: the
+    open-loop issuer uses it to send requests that came due while the loop was busy reading.
     """
 
     def __init__(
@@ -133,6 +140,8 @@ class ConnectionPool:
         self._spare_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self.n_opened = 0
+        self.on_due: Optional[Callable[[], Any]] = None
+        self.next_due = math.inf
 
     @property
     def n_idle(self) -> int:

@@ -76,11 +76,14 @@ class ResponseParser:
                 if size < 0:
                     raise HTTPProtocolError(f"bad chunk size {size}")
                 pos = eol + 1
-                if size:
+                if not size:
+                    self._state = _TRAILER
+                elif data[pos + size : pos + size + 2] == b"\r\n":  # the whole chunk is here
+                    out.append(data[pos : pos + size])
+                    pos += size + 2
+                else:
                     self._remaining = size
                     self._state = _DATA
-                else:
-                    self._state = _TRAILER
             elif state in (_DATA_END, _TRAILER):
                 eol = data.find(b"\n", pos)
                 if eol < 0:

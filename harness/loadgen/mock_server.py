@@ -141,7 +141,11 @@ class _ServerConnection(asyncio.Protocol):
             for line in lines[1:]:
                 name, _, value = line.partition(":")
                 headers[name.strip().lower()] = value.strip()
-            length = int(headers.get("content-length", "0") or 0)
+            try:
+                length = int(headers.get("content-length", "0") or 0)
+            except ValueError:
+                self._reply(400, {"error": {"message": "bad content-length"}}, close=True)
+                return
             if len(buf) < end + 4 + length:
                 return
             body = buf[end + 4 : end + 4 + length]

@@ -39,6 +39,10 @@ class SSEParser:
         """Consume ``chunk`` and return the events it completed, in order."""
         if not chunk:
             return []
+        if not (self._partial or self._data or self._skip_lf or self._event) and chunk[-2:] == b"\n\n":
+            fast = self._fast_path(chunk)
+            if fast is not None:
+                return fast
         if self._skip_lf:
             self._skip_lf = False
             if chunk[0] == 10:  # "\n"
@@ -60,6 +64,20 @@ class SSEParser:
         events: list[SSEEvent] = []
         for raw in lines:
             self._line(raw.rstrip(b"\r\n"), events)
+        return events
+
+    @staticmethod
+    def _fast_path(chunk: bytes) -> list[SSEEvent] | None:
+        """The common case: whole ``data: ...`` events, ``\n\n``-separated, one data line each."""
+        if b"\r" in chunk:
+            return None
+        parts = chunk.split(b"\n\n")
+        parts.pop()  # the empty tail after the final separator
+        events = []
+        for part in parts:
+            if part[:6] != b"data: " or b"\n" in part:
+                return None
+            events.append(SSEEvent("message", part[6:]))
         return events
 
     def close(self) -> list[SSEEvent]:

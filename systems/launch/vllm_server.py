@@ -65,6 +65,7 @@ class VllmServerSpec:
     extra_args: tuple[str, ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
     dev_mode: bool = True  # VLLM_SERVER_DEV_MODE=1: /reset_prefix_cache and other dev endpoints
+    nice: int = 0  # > 0 lowers the server's CPU priority so a client on the same cores is not starved
     seed: int = 0
     python: str = sys.executable
 
@@ -110,6 +111,8 @@ def server_command(spec: VllmServerSpec) -> list[str]:
     if spec.kv_transfer_config is not None:
         cmd += ["--kv-transfer-config", json.dumps(spec.kv_transfer_config, separators=(",", ":"))]
     cmd += list(spec.extra_args)
+    if spec.nice:
+        cmd = ["nice", "-n", str(spec.nice), *cmd]
     return cmd
 
 

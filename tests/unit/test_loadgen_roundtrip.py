@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import socket
 
@@ -30,6 +31,7 @@ def test_round_trip_records() -> None:
     with mock_server_thread(MockConfig(ttft_ms=5, itl_ms=1, cached_tokens=2, instance="p0->d1")) as server:
         result = run_load(specs[::-1], schedule, prompts, TargetConfig(server.base_url, "m"), NO_BAR)
     assert result.invalid_reasons == ()
+    assert gc.isenabled()  # paused during the run only
     assert [r.request_id for r in result.records] == list(range(20))
     assert result.info["n_sent"] == 20 and result.info["issue_lag_p99_ms"] is not None
     for rec in result.records:

@@ -146,3 +146,27 @@ def test_completion_stream_counts_chunks_without_usage_and_empty_text_tokens() -
 )
 def test_completion_stream_failures(raw: str, why: str) -> None:
     assert why in run_stream(raw.encode()).failure()
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"choices": [{"index": 0, "text": " a", "finish_reason": None}], "usage": None},
+        {"choices": [{"index": 0, "text": "", "finish_reason": None}]},
+        {"choices": [{"index": 0, "text": '"finish_reason":"length"', "finish_reason": None}], "usage": None},
+        {"choices": [{"index": 0, "text": '"finish_reason":null', "finish_reason": "length"}], "usage": None},
+        {"choices": [{"index": 0, "text": "x", "finish_reason": None}],
+         "usage": {"completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 3}}},
+        {"choices": [{"index": 0, "text": "x", "finish_reason": None}, {"index": 1, "text": "", "finish_reason": "stop"}]},
+        {"choices": [], "usage": {"completion_tokens": 2}},
+    ],
+)
+def test_fast_path_agrees_with_full_decoding(obj: dict) -> None:
+    compact = json.dumps(obj, separators=(",", ":")).encode()  # fast path candidate
+    spaced = json.dumps(obj).encode()  # never takes the fast path
+    results = []
+    for data in (compact, spaced):
+        stream = CompletionStream()
+        stream.on_event(SSEEvent("message", data), 1.0)
+        results.append((stream.chunk_times, stream.finish_reason, stream.n_out, stream.cached_tokens, stream.error))
+    assert results[0] == results[1]
