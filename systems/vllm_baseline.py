@@ -98,8 +98,11 @@ class VllmBaselineDeployment:
     def _server_specs(self, model_path: Path) -> list[VllmServerSpec]:
         n_cores = os.cpu_count() or 1
         specs = []
+        tp = self.engine.tensor_parallel_size
         for i in range(self.cfg.system.colocated_instances):
             pin = str(i % n_cores) if (self.device == "cpu" and self.engine.pin_cores) else None
+            # GPU hosts: instance i owns GPUs [i*tp, (i+1)*tp) so instances never share a device.
+            gpus = {"CUDA_VISIBLE_DEVICES": ",".join(str(i * tp + k) for k in range(tp))} if self.device == "gpu" else {}
             specs.append(VllmServerSpec(
                 name=f"vllm{i}", model_path=str(model_path), served_model_name=self.cfg.model.name,
                 port=free_port(), device=self.device, enable_prefix_caching=self.cfg.system.prefix_caching,
@@ -107,7 +110,7 @@ class VllmBaselineDeployment:
                 cpu_kvcache_space_gib=self.engine.cpu_kvcache_space_gib, cpu_omp_threads_bind=pin,
                 tensor_parallel_size=self.engine.tensor_parallel_size,
                 gpu_memory_utilization=self.engine.gpu_memory_utilization,
-                extra_args=tuple(self.engine.extra_args), seed=self.cfg.seed,
+                extra_args=tuple(self.engine.extra_args), extra_env=gpus, seed=self.cfg.seed,
                 nice=self.engine.server_nice if self.device == "cpu" else 0))
         return specs
 
