@@ -206,21 +206,30 @@ def others_cpu_s(fn: Callable[[], T], pids: Sequence[int]) -> tuple[T, float, fl
     return result, max(0, (busy1 - busy0) - (own1 - own0)) / hz, t1 - t0
 
 
-def quiet_point(fn: Callable[[], T], args: argparse.Namespace, pids: Sequence[int] = ()) -> T:
-    """Run one measurement while no vLLM server runs and no other process takes CPU time (more than
-    ``--max-other-cpu`` of a core); measure it again otherwise (at most ``--tries`` times)."""
-    for attempt in range(1, args.tries + 1):
+def wait_for_idle_cpus(args: argparse.Namespace, pids: Sequence[int]) -> None:
+    """Block until no vLLM server runs and other processes use under ``--max-other-cpu`` of a core."""
+    deadline = time.monotonic() + args.max_wait
+    while True:
         wait_for_quiet_machine(args.max_wait)
-        _, idle_other, idle_wall = others_cpu_s(lambda: time.sleep(1.0), pids)
-        if idle_other / idle_wall > args.max_other_cpu and attempt < args.tries:
-            print(f"  (other processes use {idle_other / idle_wall:.0%} of a core: waiting)", flush=True)
-            time.sleep(10)
-            continue
+        _, other, wall = others_cpu_s(lambda: time.sleep(1.0), pids)
+        if other / wall <= args.max_other_cpu:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"other processes kept using {other / wall:.0%} of a core for {args.max_wait:.0f} s")
+        print(f"  (other processes use {other / wall:.0%} of a core: waiting)", flush=True)
+        time.sleep(10)
+
+
+def quiet_point(fn: Callable[[], T], args: argparse.Namespace, pids: Sequence[int] = ()) -> T:
+    """Run one measurement on a quiet machine (see ``wait_for_idle_cpus``); measure it again when another
+    process took more than ``--max-other-cpu`` of a core meanwhile (at most ``--tries`` measurements)."""
+    for _ in range(args.tries):
+        wait_for_idle_cpus(args, pids)
         result, other, wall = others_cpu_s(fn, pids)
         if not vllm_servers() and other / wall <= args.max_other_cpu:
             return result
         print(f"  (other processes used {other / wall:.0%} of a core during the point: measuring it again)", flush=True)
-    print("  (machine never quiet: keeping the last measurement)", flush=True)
+    print("  (disturbed every time: keeping the last measurement)", flush=True)
     return result
 
 

@@ -75,6 +75,7 @@ class ManagedProcess:
         self.log_path: Optional[Path] = None
         self._popen: Optional[subprocess.Popen[bytes]] = None
         self._shm_before: frozenset[str] = frozenset()
+        self._shm_seen: set[Path] = set()  # shared-memory files the group was seen using
 
     def start(self, cmd: Sequence[str], env: Optional[Mapping[str, str]] = None,
               log_path: Optional[Path] = None, cwd: Optional[Path] = None) -> ManagedProcess:
@@ -118,6 +119,12 @@ class ManagedProcess:
         """Live processes still in this process's group (the leader and whatever it forked)."""
         return [] if self._popen is None else _group_members(self.pgid)
 
+    def note_shm_files(self) -> None:
+        """Remember the shared-memory files the group uses now (called once it is ready), so they can be
+        removed at ``stop`` even if the group was killed from outside in between."""
+        if self.clean_shm and self._popen is not None:
+            self._shm_seen |= shm.files_used_by(self.group_pids())
+
     def _wait_group_gone(self, deadline: float) -> bool:
         while True:
             self._popen.poll()  # type: ignore[union-attr]  # reap the leader as soon as it exits
@@ -151,8 +158,10 @@ class ManagedProcess:
             code = self._popen.wait(timeout=10.0)
         except subprocess.TimeoutExpired:
             code = None
-        if shm_files:
-            shm.remove_leftovers(shm_files, self._shm_before)
+        candidates = shm_files | self._shm_seen
+        if candidates:
+            in_use = shm.files_used_by(shm.live_pids())  # never remove what any live process still uses
+            shm.remove_leftovers(candidates - in_use, self._shm_before)
         return code
 
     def tail_log(self, n: int = LOG_TAIL_LINES) -> str:
@@ -209,6 +218,7 @@ def wait_http_ready(proc: ManagedProcess, url: str, timeout_s: float, interval_s
             if status == 200:
                 waited = time.monotonic() - start
                 logger.info("%s: ready at %s after %.1f s", proc.name, url, waited)
+                proc.note_shm_files()
                 return waited
         except (OSError, urllib.error.URLError):
             pass  # not listening yet

@@ -2,7 +2,8 @@
 
 A SIGKILLed vLLM leaves its shared-memory segments behind. A file is only ever attributed to a
 process tree when both hold: it did not exist when the tree was started (``snapshot`` taken before
-``start``), and one of the tree's processes had it open or mapped just before it was killed. Files
+``start``), and one of the tree's processes had it open or mapped (when it became ready, or just before
+it was stopped); and it is removed only when no live process has it open or mapped. Files
 that any other process may have created are never touched.
 """
 
@@ -50,6 +51,11 @@ def files_used_by(pids: Iterable[int], shm_dir: Path = SHM_DIR) -> set[Path]:
         except OSError:
             pass
     return found
+
+
+def live_pids() -> list[int]:
+    """Every process id on this host (from /proc)."""
+    return [int(entry.name) for entry in os.scandir("/proc") if entry.name.isdigit()]
 
 
 def remove_leftovers(candidates: Iterable[Path], existed_before: frozenset[str]) -> list[Path]:

@@ -121,6 +121,7 @@ def test_baseline_serves_a_shared_prefix_workload(tmp_path):
 
 def test_server_killed_mid_run_fails_the_run_and_leaves_nothing(tmp_path):
     args = [*SMALL, "workload.num_groups=4", "workload.prompts_per_group=10", "workload.output_len=64"]
+    shm_before = set(os.listdir("/dev/shm"))
     proc = start_harness(args, tmp_path)
     servers: list[int] = []
     try:
@@ -151,3 +152,5 @@ def test_server_killed_mid_run_fails_the_run_and_leaves_nothing(tmp_path):
     time.sleep(1.0)
     assert not [p for p in servers if alive(p)]
     assert processes_using(tmp_path) == []
+    # The killed server's shared-memory segments are cleaned up too (vLLM's psm_* files).
+    assert not [f for f in set(os.listdir("/dev/shm")) - shm_before if f.startswith("psm_")]
