@@ -46,7 +46,7 @@ from harness.loadgen.sse import SSEParser
 from harness.records import RequestRecord, RequestSpec, RequestStatus
 from workloads.arrivals import ArrivalSchedule
 
-DEFAULT_RATES = (200, 400, 600, 800, 1000, 1200, 1600, 2000, 2400, 3200, 4000, 4800, 5600)
+DEFAULT_RATES = (200, 400, 600, 800, 1000, 1200, 1600, 2000, 2400, 3200, 4000, 4800, 5600, 6400, 8000)
 REFERENCE = {4: "~400 req/s", 16: "200-300 req/s"}  # vLLM's client, measured earlier on this machine
 LAG_LIMIT_MS = 2.0
 TTFT_LIMIT_MS = 1.0
