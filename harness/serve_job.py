@@ -68,7 +68,7 @@ def run_serve(cfg: Any, folder: RunFolder,
     rows: list[dict[str, Any]] = []
     validities: list[dict[str, Any]] = []
     workload_stats: dict[str, Any] = {}
-    tables: dict[str, pd.DataFrame] = {}
+    last_records: tuple = ()
     with deployment_factory(cfg, folder) as deployment:
         try:
             for index, (rate, wcfg) in enumerate(points):
@@ -87,7 +87,7 @@ def run_serve(cfg: Any, folder: RunFolder,
                 rows.append(row)
                 validities.append(validity)
                 workload_stats = {**requests.stats, **prep, "offered_rate_rps": requests.schedule.offered_rate_rps}
-                tables = {"requests": request_frame(result.records)}
+                last_records = result.records
                 deployment.check_health()
         finally:
             if frames:  # keep what was measured, even when a component died mid-run
@@ -97,6 +97,7 @@ def run_serve(cfg: Any, folder: RunFolder,
     if len(rows) == 1:
         metrics_out: dict[str, Any] = dict(rows[0])
         validity_out = validities[0]
+        tables = {"requests": request_frame(last_records)}
     else:
         metrics_out = {"points": rows}
         validity_out = {"valid": all(v["valid"] for v in validities), "points": validities}
