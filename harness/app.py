@@ -26,6 +26,7 @@ from harness.records import RunSummary
 from harness.results import CONFIG_FILE, RunFolder
 from harness.serve_job import run_serve
 from harness.studies.cache_hit import run_cache_study
+from harness.studies.dispatch import run_sim_study
 from harness.tracking import publish
 from harness.workload_job import run_workload
 
@@ -35,6 +36,7 @@ JOB_RUNNERS: Mapping[str, Callable[[Config, RunFolder], JobResult]] = MappingPro
     "serve": run_serve,
     "cache_study": run_cache_study,
     "workload": run_workload,
+    "sim_study": run_sim_study,
 })
 
 

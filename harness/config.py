@@ -22,7 +22,7 @@ from harness.validity import ValidityConfig
 from workloads.config import AzureTraceConfig, MooncakeTraceConfig, SharedPrefixConfig
 
 SYSTEMS = ("vllm_baseline", "mooncake", "distserve", "splitwise")
-JOBS = ("serve", "cache_study", "workload")
+JOBS = ("serve", "cache_study", "workload", "sim_study")
 
 
 class ConfigError(ValueError):
@@ -38,13 +38,15 @@ class SystemConfig:
     colocated_instances: int = 0  # vLLM-style instances doing prefill and decode
     prefill_instances: int = 0
     decode_instances: int = 0
+    mixed_instances: int = 0  # Splitwise's mixed pool: instances that run both phases and take overflow
     router: str = "round_robin"  # routing policy name
+    gpu_budget: Optional[int] = None  # GPUs the deployment may use (checked by the simulator); None: unlimited
     prefix_caching: bool = True
 
     def __post_init__(self) -> None:
         if self.name not in SYSTEMS:
             raise ConfigError(f"system.name: expected one of {', '.join(SYSTEMS)}, got {self.name!r}")
-        for key in ("colocated_instances", "prefill_instances", "decode_instances"):
+        for key in ("colocated_instances", "prefill_instances", "decode_instances", "mixed_instances"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"system.{key}: must be >= 0, got {getattr(self, key)}")
         if self.colocated_instances + self.prefill_instances + self.decode_instances == 0:
@@ -52,7 +54,7 @@ class SystemConfig:
 
     @property
     def n_instances(self) -> int:
-        return self.colocated_instances + self.prefill_instances + self.decode_instances
+        return self.colocated_instances + self.prefill_instances + self.decode_instances + self.mixed_instances
 
 
 @dataclass
@@ -90,7 +92,11 @@ class ModelConfig:
 
 @dataclass
 class HardwareConfig:
-    """One accelerator (or CPU host) type. Figures come from vendor data sheets (cited in the YAML)."""
+    """One accelerator (or CPU host) type. Figures come from vendor data sheets (cited in the YAML).
+
+    The efficiency, latency and overhead keys feed the simulator's roofline model
+    (``systems/sim/perf/roofline.py``); the YAML states where each number comes from.
+    """
 
     name: str = MISSING
     kind: str = "gpu"  # gpu | cpu
@@ -98,8 +104,14 @@ class HardwareConfig:
     mem_bandwidth_gbps: float = MISSING  # GB/s
     mem_gib: float = MISSING
     devices_per_node: int = 1
-    power_w: Optional[float] = None
-    price_per_hour_usd: Optional[float] = None
+    power_w: Optional[float] = None  # per device (TDP, or the cap of a power-capped part)
+    price_per_hour_usd: Optional[float] = None  # per device
+    interconnect_gbps: Optional[float] = None  # intra-node GB/s per device, bidirectional (as data sheets quote)
+    compute_efficiency: float = 0.6  # achievable fraction of peak_tflops_bf16 in dense GEMMs
+    memory_efficiency: float = 0.8  # achievable fraction of mem_bandwidth_gbps when streaming weights/KV
+    interconnect_efficiency: float = 0.7  # achievable fraction of interconnect_gbps in an all-reduce
+    allreduce_latency_us: float = 10.0  # fixed cost of one all-reduce per log2(tp) step
+    iteration_overhead_ms: float = 0.0  # fixed cost of one engine iteration (scheduling, launches, sampling)
 
     def __post_init__(self) -> None:
         if self.kind not in ("gpu", "cpu"):
@@ -107,6 +119,17 @@ class HardwareConfig:
         for key in ("peak_tflops_bf16", "mem_bandwidth_gbps", "mem_gib", "devices_per_node"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"hardware.{key}: must be > 0, got {getattr(self, key)}")
+        for key in ("power_w", "price_per_hour_usd", "interconnect_gbps"):
+            value = getattr(self, key)
+            if value is not None and value <= 0:
+                raise ConfigError(f"hardware.{key}: must be > 0 or null, got {value}")
+        for key in ("compute_efficiency", "memory_efficiency", "interconnect_efficiency"):
+            value = getattr(self, key)
+            if not 0 < value <= 1:
+                raise ConfigError(f"hardware.{key}: must be in (0, 1] (a fraction of the peak), got {value}")
+        for key in ("allreduce_latency_us", "iteration_overhead_ms"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"hardware.{key}: must be >= 0, got {getattr(self, key)}")
 
 
 @dataclass
@@ -167,6 +190,41 @@ class SweepConfig:
                 raise ConfigError(f"sweep.rates_rps: rates must be > 0, got {rate}")
 
 
+STUDIES = ("sim_sweep", "splitwise_provisioning", "placement_search")
+
+
+@dataclass
+class StudyConfig:
+    """``job=sim_study``: many simulations in one job, written as one tidy table (``study.csv``).
+
+    ``kind`` picks the study; ``variants`` maps a label to the Hydra overrides composing that deployment
+    (on top of the job's own overrides); the load points are the Poisson ``rates_rps`` (whole cluster),
+    ``per_gpu_rates`` (times each variant's GPU count) or trace ``speedups`` (arrival.time_scale = 1/speedup).
+    """
+
+    kind: str = "sim_sweep"  # sim_sweep | splitwise_provisioning | placement_search
+    figure: str = ""  # which figure the study's table feeds (figures/sim_studies.py)
+    variants: dict[str, list[str]] = field(default_factory=dict)
+    rates_rps: list[float] = field(default_factory=list)
+    per_gpu_rates: list[float] = field(default_factory=list)
+    speedups: list[float] = field(default_factory=list)
+    tbt_thresholds_ms: list[float] = field(default_factory=list)  # extra attainment columns, one per TBT bound
+    max_requests: Optional[int] = None
+    params: dict[str, Any] = field(default_factory=dict)  # study-specific settings (documented per study)
+
+    def __post_init__(self) -> None:
+        if self.kind not in STUDIES:
+            raise ConfigError(f"study.kind: expected one of {', '.join(STUDIES)}, got {self.kind!r}")
+        for key in ("rates_rps", "per_gpu_rates", "speedups", "tbt_thresholds_ms"):
+            for value in getattr(self, key):
+                if not value > 0:
+                    raise ConfigError(f"study.{key}: values must be > 0, got {value}")
+        if sum(bool(getattr(self, k)) for k in ("rates_rps", "per_gpu_rates", "speedups")) > 1:
+            raise ConfigError("study: give only one of rates_rps, per_gpu_rates and speedups")
+        if self.max_requests is not None and self.max_requests < 1:
+            raise ConfigError(f"study.max_requests: must be >= 1, got {self.max_requests}")
+
+
 @dataclass
 class Config:
     """The whole run configuration (``conf/config.yaml`` composes onto this)."""
@@ -186,6 +244,7 @@ class Config:
     validity: ValidityConfig = field(default_factory=ValidityConfig)
     cache_study: CacheStudyConfig = field(default_factory=CacheStudyConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    study: StudyConfig = field(default_factory=StudyConfig)
 
     def __post_init__(self) -> None:
         if self.job not in JOBS:

@@ -55,8 +55,72 @@ class EngineConfig:
 
 
 @dataclass
+class SimPoolConfig:
+    """Shape of every instance of one role in the simulator: GPU type and parallelism."""
+
+    hardware: Optional[str] = None  # a conf/hardware name; None: the run's hardware group
+    tp: int = 1
+    pp: int = 1
+
+    def __post_init__(self) -> None:
+        if self.tp <= 0 or self.pp <= 0:
+            raise EngineConfigError(f"engine.<pool>.tp/pp: must be > 0, got tp={self.tp} pp={self.pp}")
+
+
+@dataclass
+class SimKVPoolConfig:
+    """Mooncake's KV-cache pool in the simulator: node DRAM tier plus the other nodes' DRAM (remote tier).
+
+    The HBM tier is every instance's own KV cache. ``dram_tokens_per_node: 0`` turns the pool off.
+    """
+
+    dram_tokens_per_node: int = 0
+    dram_bandwidth_gbps: float = 25.0  # host DRAM -> HBM (PCIe Gen4 x16 per GPU, ~25 GB/s achievable)
+    remote_link: str = "rdma_800"  # how a node reads another node's DRAM (see systems/sim/links.py)
+    replication_threshold: int = 0  # a block fetched remotely this many times is copied to the reader's DRAM (0: never)
+
+    def __post_init__(self) -> None:
+        if self.dram_tokens_per_node < 0:
+            raise EngineConfigError(f"engine.kv_pool.dram_tokens_per_node: must be >= 0, got {self.dram_tokens_per_node}")
+        _positive("kv_pool.dram_bandwidth_gbps", self.dram_bandwidth_gbps)
+        if self.replication_threshold < 0:
+            raise EngineConfigError(f"engine.kv_pool.replication_threshold: must be >= 0, got {self.replication_threshold}")
+
+
+@dataclass
 class SimEngineConfig(EngineConfig):
     """The discrete-event cluster simulator."""
+
+    perf_model: str = "roofline"  # roofline | distserve | splitwise (systems/sim/perf)
+    profiles_dir: Optional[str] = None  # public latency profiles; default search: $PERF_PROFILES_DIR, ./data/perf_profiles, ../shared/perf_profiles
+    gpu_memory_utilization: float = 0.9
+    colocated: SimPoolConfig = field(default_factory=SimPoolConfig)
+    prefill: SimPoolConfig = field(default_factory=SimPoolConfig)
+    decode: SimPoolConfig = field(default_factory=SimPoolConfig)
+    mixed: SimPoolConfig = field(default_factory=SimPoolConfig)  # Splitwise's mixed pool (system.mixed_instances)
+    chunked_prefill: bool = True  # colocated instances mix prefill chunks with decodes (vLLM v1)
+    max_num_batched_tokens: int = 8192  # tokens per iteration (prefill chunk budget)
+    max_num_seqs: int = 256  # running sequences per instance
+    kv_link: str = "rdma_200"  # prefill -> decode KV transfer link (systems/sim/links.py)
+    layerwise_transfer: bool = False  # overlap the KV transfer with the prefill, layer by layer (Splitwise)
+    kv_pool: SimKVPoolConfig = field(default_factory=SimKVPoolConfig)
+    rejection: str = "none"  # none | baseline (after prefill) | early | predictive
+    kvcache_balancing_threshold: float = 2.0
+    mixed_overflow_queue_s: float = 1.0  # Splitwise: a prompt goes to the mixed pool when the prompt pool's queue is longer
+    sample_interval_s: float = 10.0  # load time series (load.csv) sampling period in simulated seconds
+    cap_to_context: bool = True  # shorten prompts to model.max_model_len like a real engine (counted); false: such requests fail
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("max_num_batched_tokens", "max_num_seqs", "sample_interval_s"):
+            _positive(key, getattr(self, key))
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise EngineConfigError(f"engine.gpu_memory_utilization: must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.rejection not in ("none", "baseline", "early", "predictive"):
+            raise EngineConfigError(f"engine.rejection: expected none, baseline, early or predictive, got {self.rejection!r}")
+        if self.kvcache_balancing_threshold < 1:
+            raise EngineConfigError(f"engine.kvcache_balancing_threshold: must be >= 1, got {self.kvcache_balancing_threshold}")
 
 
 @dataclass

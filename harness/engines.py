@@ -17,7 +17,6 @@ from harness.results import RunFolder
 from workloads.base import WorkloadRequests
 
 NOT_SHIPPED: dict[str, str] = {
-    "sim": "the discrete-event cluster simulator (issue #4)",
     "sglang": "SGLang launch on GPU hosts (issue #5)",
 }
 
@@ -58,6 +57,10 @@ class Deployment(Protocol):
 def open_deployment(cfg: Any, folder: RunFolder) -> AbstractContextManager[Deployment]:
     """Bring up the deployment named by ``cfg.engine.name`` and ``cfg.system.name``."""
     engine, system = cfg.engine.name, cfg.system.name
+    if engine == "sim":
+        from systems.sim.deployment import SimDeployment
+
+        return SimDeployment(cfg, folder)
     if engine == "endpoint":
         from systems.endpoint import EndpointDeployment
 
@@ -72,5 +75,5 @@ def open_deployment(cfg: Any, folder: RunFolder) -> AbstractContextManager[Deplo
             "this version runs system=vllm_baseline on engine=vllm")
     raise EngineUnavailableError(
         f"engine={engine}: {NOT_SHIPPED.get(engine, engine)} is not shipped in this version of the suite. "
-        "What runs today: system=vllm_baseline engine=vllm, engine=endpoint engine.url=..., "
+        "What runs today: engine=sim (every system), system=vllm_baseline engine=vllm, engine=endpoint engine.url=..., "
         "experiment=mooncake_cache_hit, and job=workload.")

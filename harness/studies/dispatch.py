@@ -1,0 +1,23 @@
+"""``job=sim_study``: pick the simulator study named by ``study.kind``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.jobs import JobResult
+from harness.results import RunFolder
+
+
+def run_sim_study(cfg: Any, folder: RunFolder) -> JobResult:
+    kind = cfg.study.kind
+    if kind == "sim_sweep":
+        from harness.studies.sim_sweep import run_sim_sweep
+
+        return run_sim_sweep(cfg, folder)
+    if kind == "splitwise_provisioning":
+        from harness.studies.splitwise_provisioning import run_splitwise_provisioning
+
+        return run_splitwise_provisioning(cfg, folder)
+    from harness.studies.placement_search import run_placement_search
+
+    return run_placement_search(cfg, folder)

@@ -1,0 +1,101 @@
+"""``job=sim_study study.kind=sim_sweep``: every variant (a composed deployment) at every load point,
+one simulation each. Writes ``study.csv`` (one row per variant and point: the deployment, the load,
+every metric of ``harness.metrics.summarize`` and the simulator's counters), ``requests.parquet``
+(every record, with ``variant`` and ``point`` columns) and ``load.csv`` (per-instance load samples).
+
+``study.tbt_thresholds_ms`` adds ``attainment_tbt_<x>ms`` columns: SLO attainment with the TBT bound
+replaced by each threshold (Mooncake judges capacity at 100, 200 and 300 ms).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Optional
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from harness.config import ConfigError
+from harness.jobs import JobResult
+from harness.metrics import summarize
+from harness.results import REQUESTS_FILE, RunFolder, records_frame
+from harness.studies.simulate import SimCluster, load_requests, point_workload, simulate
+from harness.studies.variants import compose_variant, describe_variant, job_overrides
+
+log = logging.getLogger(__name__)
+
+STUDY_FILE = "study.csv"
+LOAD_FILE = "load.csv"
+
+
+def load_points(study: Any, n_gpus: int) -> list[dict[str, Optional[float]]]:
+    """The load points of one variant: rate, per-GPU rate or speedup (one point at the workload's own
+    arrivals when none is given)."""
+    if study.per_gpu_rates:
+        return [{"per_gpu_rate": r, "rate_rps": r * n_gpus, "speedup": None} for r in study.per_gpu_rates]
+    if study.rates_rps:
+        return [{"per_gpu_rate": r / n_gpus, "rate_rps": r, "speedup": None} for r in study.rates_rps]
+    if study.speedups:
+        return [{"per_gpu_rate": None, "rate_rps": None, "speedup": s} for s in study.speedups]
+    return [{"per_gpu_rate": None, "rate_rps": None, "speedup": None}]
+
+
+def threshold_columns(records: Any, slo: Any, thresholds: list[float]) -> dict[str, Any]:
+    """Attainment with the TBT bound set to each threshold."""
+    out = {}
+    for x in thresholds:
+        metrics = summarize(records, dataclasses.replace(slo, tbt_ms=float(x)))
+        out[f"attainment_tbt_{x:g}ms"] = metrics["slo_attainment"]
+    return out
+
+
+def run_sim_sweep(cfg: Any, folder: RunFolder) -> JobResult:
+    study = cfg.study
+    variants = dict(study.variants) or {"default": []}
+    base = job_overrides()
+    clusters = {}
+    for label, overrides in variants.items():  # compose and check every variant before simulating any
+        vcfg = compose_variant([*base, *overrides])
+        if vcfg.engine.name != "sim":
+            raise ConfigError(f"study.variants.{label}: job=sim_study runs engine=sim, got engine={vcfg.engine.name}")
+        clusters[label] = SimCluster(vcfg)
+    jobs = [(label, i, p) for label, c in clusters.items() for i, p in enumerate(load_points(study, c.n_gpus))]
+    rows: list[dict[str, Any]] = []
+    frames: list[pd.DataFrame] = []
+    loads: list[pd.DataFrame] = []
+    for label, index, point in tqdm(jobs, desc="simulations", unit="sim", disable=not cfg.engine.progress):
+        cluster = clusters[label]
+        vcfg = cluster.cfg
+        wcfg = point_workload(vcfg, point["rate_rps"], point["speedup"], study.max_requests)
+        requests = load_requests(vcfg, wcfg)
+        result = simulate(cluster, requests, keep_load=True)
+        row = {"variant": label, "point": index, **point, "n_gpus": cluster.n_gpus,
+               "offered_rate_rps": requests.schedule.offered_rate_rps, **describe_variant(vcfg),
+               **{k: v for k, v in result.metrics.items() if not isinstance(v, dict | list)},
+               **threshold_columns(result.records, vcfg.slo, list(study.tbt_thresholds_ms)),
+               **{f"sim_{k}": v for k, v in result.info.items()}, "sim_wall_s": result.wall_s}
+        rows.append(row)
+        log.info("%s point %d: %s", label, index, ", ".join(
+            f"{k}={row[k]:.3g}" for k in ("offered_rate_rps", "slo_attainment", "mean_ttft_ms", "p90_tpot_ms")
+            if isinstance(row.get(k), float)))
+        frame = records_frame(result.records)
+        frame.insert(0, "variant", label)
+        frame.insert(1, "point", index)
+        frames.append(frame)
+        if result.load_samples:
+            load = pd.DataFrame(result.load_samples)
+            load.insert(0, "variant", label)
+            load.insert(1, "point", index)
+            loads.append(load)
+    table = pd.DataFrame(rows)
+    folder.write_table(STUDY_FILE, table)
+    folder.write_table(REQUESTS_FILE, pd.concat(frames, ignore_index=True))
+    files = {"study": STUDY_FILE, "requests": REQUESTS_FILE}
+    if loads:
+        folder.write_table(LOAD_FILE, pd.concat(loads, ignore_index=True))
+        files["load"] = LOAD_FILE
+    metrics = {"study": study.kind, "figure": study.figure, "n_simulations": len(rows),
+               "simulated_requests": int(table["n_issued"].sum()) if "n_issued" in table else 0,
+               "simulation_wall_s": float(table["sim_wall_s"].sum())}
+    return JobResult(metrics=metrics, files=files, tables={"study": table})

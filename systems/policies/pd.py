@@ -1,0 +1,225 @@
+"""Scheduling for disaggregated deployments: which prefill instance computes a request, how much cached
+KV it reuses, and whether the request is admitted at all.
+
+Like the colocated routing policies, these are plain synchronous objects over a read-only cluster view
+(:class:`PDClusterView`), so the simulator and a real router run the same code. The view answers in
+estimates (seconds, tokens); a policy never reads a clock.
+
+Policies (``PD_POLICY_NAMES``):
+
+* ``random``, ``round_robin``: ignore load and caches;
+* ``load_balancing``: the prefill instance with the shortest estimated queue;
+* ``local_cache_aware``: the smallest estimated TTFT = queue + prefill given the prefix the instance holds
+  itself (its HBM and its node's DRAM), never fetching from elsewhere;
+* ``conductor``: Mooncake's Conductor (FAST'25, Algorithm 1), global cache-aware: for each prefill
+  instance the estimated TTFT uses the longest prefix anywhere in the cluster pool when that prefix is
+  more than ``kvcache_balancing_threshold`` times the instance's own match (paying the transfer), else
+  the local match; the smallest estimate wins. A prefix is only reused when loading it beats
+  recomputing it (Mooncake's Eq. 2 break-even), which the view's cost estimates decide.
+
+The decode instance is chosen by load: the smallest estimated step time (TBT) among decode instances
+with room for the request's KV. Admission (``rejection``):
+
+* ``none``: admit everything;
+* ``early``: reject at arrival when the estimated TTFT exceeds the TTFT SLO or the least-loaded decode
+  instance's current TBT estimate exceeds the TBT SLO (Mooncake's early rejection);
+* ``predictive``: as ``early``, but the decode load is the one *predicted* for when the request's prefill
+  ends (requests finishing before then leave, requests in prefill join), Mooncake's prediction-based
+  early rejection.
+
+The driver implements the ``baseline`` of Mooncake's overload experiment (reject only when the decode
+stage cannot take a request after its prefill, wasting that prefill) with :func:`decode_overloaded`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol
+
+import numpy as np
+
+__all__ = [
+    "PD_POLICY_NAMES",
+    "REJECTION_MODES",
+    "DecodeView",
+    "PDClusterView",
+    "PDDecision",
+    "PDScheduler",
+    "PrefillView",
+    "PrefixSource",
+    "decode_overloaded",
+]
+
+PD_POLICY_NAMES = ("random", "round_robin", "load_balancing", "local_cache_aware", "conductor")
+REJECTION_MODES = ("none", "early", "predictive")
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillView:
+    """One prefill instance, as the scheduler sees it for one request."""
+
+    name: str
+    queue_s: float  # estimated wait before the request's prefill could start there
+    local_prefix_tokens: int  # leading prompt tokens it holds itself (HBM or its node's DRAM)
+    outstanding: int  # requests queued or computing there
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeView:
+    """One decode instance."""
+
+    name: str
+    running: int
+    kv_free_tokens: int  # KV tokens it can still take
+    step_s: float  # estimated decode step (TBT) with the request added now
+    predicted_step_s: float  # the same when the request would arrive (prediction-based rejection)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixSource:
+    """Where the longest cached prefix of a request is, cluster-wide."""
+
+    tokens: int  # leading prompt tokens cached somewhere in the pool
+    where: str  # e.g. "pool" (remote DRAM) or "" when nothing is cached
+
+
+class PDClusterView(Protocol):
+    """What a driver exposes to a disaggregation scheduler for one request."""
+
+    def prefill_views(self) -> Sequence[PrefillView]: ...
+
+    def decode_views(self, prompt_tokens: int, after_s: float) -> Sequence[DecodeView]: ...
+
+    def global_prefix(self) -> PrefixSource: ...
+
+    def prefill_time_s(self, index: int, prompt_tokens: int, cached_tokens: int) -> float: ...
+
+    def load_time_s(self, index: int, local_tokens: int, fetched_tokens: int) -> float:
+        """Time to bring ``local_tokens`` of the instance's own cached prefix plus ``fetched_tokens``
+        more from the pool into its HBM before the prefill."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PDDecision:
+    """The scheduler's answer for one request."""
+
+    prefill: int  # index into prefill_views()
+    decode: Optional[int]  # index into decode_views(); None when none has room (the driver waits)
+    reuse_tokens: int  # prompt tokens of cached KV the prefill reuses
+    fetch_tokens: int  # of those, tokens fetched from the pool (not held by the prefill instance)
+    est_ttft_s: float
+    est_tbt_s: float
+    reject: str = ""  # non-empty: refuse the request (HTTP 429) for this reason
+
+
+def decode_overloaded(decodes: Sequence[DecodeView], tbt_slo_s: Optional[float], predicted: bool = False) -> bool:
+    """True when no decode instance can take a request within the TBT SLO (or has room for its KV)."""
+    best = _best_decode(decodes, predicted)
+    if best is None:
+        return True
+    step = decodes[best].predicted_step_s if predicted else decodes[best].step_s
+    return tbt_slo_s is not None and step > tbt_slo_s
+
+
+def _best_decode(decodes: Sequence[DecodeView], predicted: bool = False) -> Optional[int]:
+    best, best_step = None, math.inf
+    for i, d in enumerate(decodes):
+        if d.kv_free_tokens <= 0:
+            continue
+        step = d.predicted_step_s if predicted else d.step_s
+        if step < best_step:
+            best, best_step = i, step
+    return best
+
+
+class PDScheduler:
+    """Prefill choice, prefix reuse and admission for one disaggregated deployment (see the module docs)."""
+
+    def __init__(self, policy: str = "conductor", rejection: str = "none", ttft_slo_s: Optional[float] = None,
+                 tbt_slo_s: Optional[float] = None, kvcache_balancing_threshold: float = 2.0,
+                 seed: int = 0) -> None:
+        if policy not in PD_POLICY_NAMES:
+            raise ValueError(f"unknown disaggregation policy {policy!r}; known: {', '.join(PD_POLICY_NAMES)}")
+        if rejection not in REJECTION_MODES:
+            raise ValueError(f"unknown rejection mode {rejection!r}; known: {', '.join(REJECTION_MODES)}")
+        if kvcache_balancing_threshold < 1:
+            raise ValueError(f"kvcache_balancing_threshold must be >= 1, got {kvcache_balancing_threshold}")
+        self.policy = policy
+        self.rejection = rejection
+        self.ttft_slo_s = ttft_slo_s
+        self.tbt_slo_s = tbt_slo_s
+        self.threshold = float(kvcache_balancing_threshold)
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+        self._k = 0
+
+    # -- prefill choice ---------------------------------------------------------------------------
+    def _reuse(self, view: PDClusterView, i: int, prompt: int, local: int, fetch_upto: int) -> tuple[float, int, int]:
+        """(estimated prefill + load seconds, reused tokens, fetched tokens) for instance ``i``.
+
+        Reuses the cached prefix only when loading it beats recomputing it (Eq. 2 break-even)."""
+        cold = view.prefill_time_s(i, prompt, 0)
+        best = (cold, 0, 0)
+        local = min(local, prompt)
+        if local > 0:
+            t = view.prefill_time_s(i, prompt, local) + view.load_time_s(i, local, 0)
+            if t < best[0]:
+                best = (t, local, 0)
+        fetch = min(fetch_upto, prompt) - local
+        if fetch > 0:
+            t = view.prefill_time_s(i, prompt, local + fetch) + view.load_time_s(i, local, fetch)
+            if t < best[0]:
+                best = (t, local + fetch, fetch)
+        return best
+
+    def choose(self, prompt_tokens: int, view: PDClusterView) -> PDDecision:
+        """Decide for one request of ``prompt_tokens`` tokens."""
+        prefills = view.prefill_views()
+        n = len(prefills)
+        if n == 0:
+            raise ValueError("cannot schedule: no prefill instances")
+        glob = view.global_prefix() if self.policy == "conductor" else PrefixSource(0, "")
+        if self.policy == "random":
+            chosen = int(self._rng.integers(n))
+        elif self.policy == "round_robin":
+            chosen = self._k % n
+            self._k += 1
+        elif self.policy == "load_balancing":
+            chosen = min(range(n), key=lambda i: (prefills[i].queue_s, prefills[i].outstanding, i))
+        else:
+            chosen = -1
+        if chosen >= 0:
+            p = prefills[chosen]
+            cost, reuse, fetch = self._reuse(view, chosen, prompt_tokens, p.local_prefix_tokens, 0)
+            est_ttft = p.queue_s + cost
+        else:
+            est_ttft, reuse, fetch = math.inf, 0, 0
+            for i, p in enumerate(prefills):
+                upto = 0
+                if self.policy == "conductor" and glob.tokens > self.threshold * max(p.local_prefix_tokens, 1) - 1e-9:
+                    upto = glob.tokens
+                cost, r, f = self._reuse(view, i, prompt_tokens, p.local_prefix_tokens, upto)
+                ttft = p.queue_s + cost
+                if ttft < est_ttft - 1e-12:
+                    est_ttft, reuse, fetch, chosen = ttft, r, f, i
+        predicted = self.rejection == "predictive"
+        decodes = view.decode_views(prompt_tokens, est_ttft if predicted else 0.0)
+        d = _best_decode(decodes, predicted)
+        est_tbt = math.nan if d is None else (decodes[d].predicted_step_s if predicted else decodes[d].step_s)
+        reject = ""
+        if self.rejection != "none":
+            if self.ttft_slo_s is not None and est_ttft > self.ttft_slo_s:
+                reject = f"estimated TTFT {est_ttft:.3f} s exceeds the SLO {self.ttft_slo_s:g} s"
+            elif decodes and decode_overloaded(decodes, self.tbt_slo_s, predicted):
+                reject = ("decode instances overloaded" + (" (predicted)" if predicted else "")
+                          + (f": TBT estimate {est_tbt * 1e3:.1f} ms > SLO {self.tbt_slo_s * 1e3:g} ms"
+                             if d is not None and self.tbt_slo_s is not None else ": no KV room"))
+        return PDDecision(prefill=chosen, decode=d, reuse_tokens=reuse, fetch_tokens=fetch,
+                          est_ttft_s=est_ttft, est_tbt_s=est_tbt, reject=reject)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.policy, "rejection": self.rejection, "ttft_slo_s": self.ttft_slo_s,
+                "tbt_slo_s": self.tbt_slo_s, "kvcache_balancing_threshold": self.threshold, "seed": self.seed}

@@ -1,0 +1,2 @@
+"""The discrete-event cluster simulator behind ``engine=sim``: paper-scale deployments of the four
+systems, driven by the same workloads, policies, records and metrics as the real engines."""

@@ -1,0 +1,460 @@
+"""A simulated cluster: instances of each role, the router or disaggregation scheduler in front of
+them, KV transfers between them and Mooncake's KV-cache pool, driven by one event queue.
+
+Request life cycle:
+
+* colocated systems (``vllm_baseline``): a routing policy from ``systems.policies`` picks an instance,
+  which prefills and decodes the request;
+* disaggregated systems: a :class:`~systems.policies.pd.PDScheduler` picks the prefill instance and the
+  cached prefix to reuse (loading it from node DRAM or the pool first), or rejects the request. When the
+  prefill ends the first token is out; the KV moves over the prefill node's link (queued FIFO, optionally
+  overlapped layer by layer with the prefill) to the decode instance with the lowest estimated step time
+  that has room; Splitwise's mixed pool takes prompts when the prompt pool's queue is long and decodes
+  when no token instance has room.
+
+The Mooncake pool has three tiers: each instance's HBM prefix cache, its node's DRAM, and every other
+node's DRAM (the remote tier, read over ``remote_link``). Each tier evicts LRU. After a prefill the
+prompt's blocks are written to the node's DRAM; a block fetched from a remote node ``replication_threshold``
+times is copied into the reader's DRAM (hot-block replication).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from harness.records import RequestSpec, RequestStatus
+from harness.config import HardwareConfig
+from systems.policies.base import InstanceLoad, RouteRequest, RoutingPolicy
+from systems.policies.pd import DecodeView, PDScheduler, PrefillView, PrefixSource, decode_overloaded
+from systems.sim.block_cache import LRUBlockCache
+from systems.sim.events import PRIO_ARRIVAL, PRIO_SAMPLE, PRIO_TRANSFER, EventQueue
+from systems.sim.instance import InstanceHooks, SimInstance
+from systems.sim.keys import request_keys
+from systems.sim.links import FifoLink, LinkSpec
+from systems.sim.perf.base import InstanceShape, PerfModel
+from systems.sim.request import SimRequest
+
+log = logging.getLogger(__name__)
+
+ROLES = ("colocated", "prefill", "decode", "mixed")
+
+
+@dataclass(frozen=True)
+class PoolSetup:
+    """``count`` identical instances of one role."""
+
+    role: str
+    count: int
+    shape: InstanceShape
+    perf: PerfModel
+    hardware: HardwareConfig
+
+    @property
+    def n_gpus(self) -> int:
+        return self.count * self.shape.n_gpus
+
+
+@dataclass(frozen=True)
+class KVPoolSetup:
+    """Mooncake's DRAM tiers (see the module docstring); ``dram_tokens_per_node == 0``: no pool."""
+
+    dram_tokens_per_node: int = 0
+    dram_bandwidth_gbps: float = 25.0
+    remote_link: Optional[LinkSpec] = None
+    replication_threshold: int = 0
+
+
+@dataclass(frozen=True)
+class ClusterSetup:
+    """Everything the simulator needs to run one deployment (built from a config by ``systems.sim.setup``)."""
+
+    system: str
+    pools: tuple[PoolSetup, ...]
+    kv_link: LinkSpec
+    router: RoutingPolicy | None = None  # colocated systems
+    scheduler: PDScheduler | None = None  # disaggregated systems
+    prefix_caching: bool = True
+    chunked_prefill: bool = True
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    layerwise_transfer: bool = False
+    num_layers: int = 80
+    kv_pool: KVPoolSetup = field(default_factory=KVPoolSetup)
+    rejection: str = "none"  # "baseline" is applied here, after prefill; the rest by the scheduler
+    tbt_slo_s: Optional[float] = None
+    max_model_len: Optional[int] = None
+    mixed_overflow_queue_s: float = 1.0
+    sample_interval_s: float = 10.0
+
+    @property
+    def n_gpus(self) -> int:
+        return sum(p.n_gpus for p in self.pools)
+
+    def pool(self, role: str) -> Optional[PoolSetup]:
+        return next((p for p in self.pools if p.role == role and p.count > 0), None)
+
+
+@dataclass
+class SimRun:
+    """What one simulation produced."""
+
+    requests: list[SimRequest]
+    load_samples: list[dict[str, Any]]
+    info: dict[str, Any]
+
+
+class Cluster(InstanceHooks):
+    """One simulated deployment; :meth:`run` simulates a list of requests once."""
+
+    def __init__(self, setup: ClusterSetup) -> None:
+        self.setup = setup
+        self.loop = EventQueue()
+        self.instances: list[SimInstance] = []
+        self.by_role: dict[str, list[SimInstance]] = {r: [] for r in ROLES}
+        self.nics: list[FifoLink] = []
+        self.dram: list[Optional[LRUBlockCache]] = []
+        self._holders: Counter[int] = Counter()
+        self._remote_reads: Counter[int] = Counter()
+        pool = setup.kv_pool
+        for p in setup.pools:
+            for k in range(p.count):
+                index = len(self.instances)
+                hbm = None
+                if setup.prefix_caching:
+                    hbm = LRUBlockCache(0)  # sized below, once the block size is known
+                inst = SimInstance(index, f"{p.role[0].upper()}{k}", p.role, p.shape, p.perf, self.loop, self,
+                                   setup.max_num_batched_tokens, setup.max_num_seqs,
+                                   setup.chunked_prefill or p.role == "prefill", hbm)
+                inst.role_index = k
+                self.instances.append(inst)
+                self.by_role[p.role].append(inst)
+                self.nics.append(FifoLink(setup.kv_link))
+                self.dram.append(None)
+        self.has_pool = pool.dram_tokens_per_node > 0 and pool.remote_link is not None
+        self.remote_nics = [FifoLink(pool.remote_link) for _ in self.instances] if self.has_pool else []
+        self.disaggregated = bool(self.by_role["prefill"])
+        if self.disaggregated and setup.scheduler is None:
+            raise ValueError("a deployment with prefill instances needs a PDScheduler")
+        if not self.disaggregated and setup.router is None:
+            raise ValueError("a colocated deployment needs a routing policy")
+        self._current: Optional[SimRequest] = None
+        self._block_size = 0
+        self.requests: list[SimRequest] = []
+        self.samples: list[dict[str, Any]] = []
+        self.counters: Counter[str] = Counter()
+        self._done = 0
+
+    # -- set-up per run ---------------------------------------------------------------------------
+    def _size_caches(self, block_size: int) -> None:
+        self._block_size = block_size
+        pool = self.setup.kv_pool
+        for i, inst in enumerate(self.instances):
+            if inst.hbm is not None:
+                inst.hbm.capacity = max(inst.capacity // block_size, 0)
+            if self.has_pool:
+                self.dram[i] = LRUBlockCache(pool.dram_tokens_per_node // block_size, on_evict=self._dram_evicted)
+
+    def _dram_evicted(self, key: int) -> None:
+        self._holders[key] -= 1
+        if self._holders[key] <= 0:
+            del self._holders[key]
+
+    # -- the run ----------------------------------------------------------------------------------
+    def run(self, specs: Sequence[RequestSpec], progress: bool = False) -> SimRun:
+        """Simulate ``specs`` (arrivals at ``spec.arrival_s``) to completion."""
+        block_sizes = {s.block_size for s in specs}
+        self._size_caches(max(block_sizes) if block_sizes else 512)
+        self.requests = [SimRequest(s, request_keys(s) if self.setup.prefix_caching or self.has_pool else ())
+                         for s in specs]
+        for req in self.requests:
+            self.loop.schedule(req.spec.arrival_s, PRIO_ARRIVAL, self._arrive, req)
+        if self.requests:
+            self.loop.schedule(0.0, PRIO_SAMPLE, self._sample, None)
+        bar = None
+        if progress and self.requests:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(self.requests), unit="req", desc="simulating", mininterval=1.0, leave=False)
+
+        def on_progress(_: float) -> None:
+            if bar is not None:
+                bar.update(self._done - bar.n)
+
+        self.loop.run(on_progress=on_progress if bar is not None else None)
+        if bar is not None:
+            bar.update(self._done - bar.n)
+            bar.close()
+        return SimRun(self.requests, self.samples, self._info())
+
+    def _info(self) -> dict[str, Any]:
+        insts = self.instances
+        end = max((r.finish_s for r in self.requests if r.finish_s == r.finish_s), default=0.0)
+        prompt = sum(r.prompt for r in self.requests if r.status != RequestStatus.REJECTED)
+        cached = sum(r.cached_tokens for r in self.requests)
+        info: dict[str, Any] = {
+            "n_instances": len(insts), "n_gpus": self.setup.n_gpus, "events": self.loop.processed,
+            "simulated_s": end, "prefill_tokens_computed": sum(i.prefill_tokens_computed for i in insts),
+            "prompt_tokens_admitted": prompt, "prefix_reused_tokens": cached,
+            "prefix_hit_rate_tokens": cached / prompt if prompt else math.nan,
+            "kv_transfer_bytes": sum(n.bytes_moved for n in self.nics),
+            "pool_fetched_tokens": sum(r.fetched_tokens for r in self.requests),
+            "preemptions": sum(i.preemptions for i in insts),
+            **{f"n_{k}": v for k, v in sorted(self.counters.items())},
+        }
+        for role, members in self.by_role.items():
+            if members and end > 0:
+                info[f"utilization_{role}"] = sum(i.busy_s for i in members) / (len(members) * end)
+        return info
+
+    def _sample(self, now: float, _: Any) -> None:
+        for inst in self.instances:
+            self.samples.append({
+                "time_s": now, "instance": inst.name, "role": inst.role, "running": len(inst.running),
+                "waiting": len(inst.waiting) + len(inst.pending), "queued_prefill_s": inst.queued_work_s,
+                "kv_utilization": inst.kv_used / inst.capacity if inst.capacity else math.nan,
+            })
+        if self._done < len(self.requests):
+            self.loop.schedule(now + self.setup.sample_interval_s, PRIO_SAMPLE, self._sample, None)
+
+    # -- arrivals ---------------------------------------------------------------------------------
+    def _fail(self, req: SimRequest, now: float, reason: str, status: RequestStatus = RequestStatus.FAILED) -> None:
+        req.status = status
+        req.error = reason
+        req.finish_s = now
+        self.counters[status.value] += 1
+        self._done += 1
+
+    def _arrive(self, now: float, req: SimRequest) -> None:
+        limit = self.setup.max_model_len
+        if limit is not None and req.prompt + req.out_len > limit:
+            self._fail(req, now, f"prompt + output ({req.prompt} + {req.out_len} tokens) exceeds model.max_model_len {limit}")
+            return
+        if self.disaggregated:
+            self._arrive_disaggregated(now, req)
+            return
+        insts = self.by_role["colocated"] or self.by_role["mixed"]
+        loads = [InstanceLoad(i.name, i.outstanding, i.queued_tokens) for i in insts]
+        route = RouteRequest(req.spec.request_id, req.keys, req.prompt, req.spec.tenant)
+        router = self.setup.router
+        assert router is not None
+        index = router.choose(route, loads)
+        router.on_routed(route, index)
+        self._enqueue_prefill(insts[index], req, now, 0)
+
+    def _enqueue_prefill(self, inst: SimInstance, req: SimRequest, now: float, reuse: int) -> None:
+        cached = min(max(reuse, self._hbm_tokens(inst, req)), req.prompt - 1)
+        req.est_work_s = float(inst.perf.prefill_time_s(req.prompt - cached, float(req.prompt) ** 2 - float(cached) ** 2, 1))
+        req.cached_tokens = reuse
+        inst.enqueue_prefill(req, now)
+
+    def _hbm_tokens(self, inst: SimInstance, req: SimRequest) -> int:
+        if inst.hbm is None or not req.keys:
+            return 0
+        return inst.hbm.prefix_len(req.keys) * req.spec.block_size
+
+    # -- disaggregated: the scheduler's view ------------------------------------------------------
+    def prefill_views(self) -> list[PrefillView]:
+        req = self._current
+        assert req is not None
+        return [PrefillView(i.name, i.queued_work_s, self._local_tokens(i, req), i.outstanding)
+                for i in self._prefill_pool()]
+
+    def _prefill_pool(self) -> list[SimInstance]:
+        return self.by_role["prefill"]
+
+    def _local_tokens(self, inst: SimInstance, req: SimRequest) -> int:
+        keys = req.keys
+        if not keys:
+            return 0
+        hbm = inst.hbm
+        dram = self.dram[inst.index]
+        k = hbm.prefix_len(keys) if hbm is not None else 0
+        if dram is not None:
+            n = len(keys)
+            while k < n and (keys[k] in dram or (hbm is not None and keys[k] in hbm)):
+                k += 1
+        return k * req.spec.block_size
+
+    def global_prefix(self) -> PrefixSource:
+        req = self._current
+        assert req is not None
+        if not self.has_pool or not req.keys:
+            return PrefixSource(0, "")
+        holders = self._holders
+        k = 0
+        for key in req.keys:
+            if holders.get(key, 0) <= 0:
+                break
+            k += 1
+        return PrefixSource(k * req.spec.block_size, "pool" if k else "")
+
+    def prefill_time_s(self, index: int, prompt_tokens: int, cached_tokens: int) -> float:
+        perf = self._prefill_pool()[index].perf
+        cached = min(cached_tokens, prompt_tokens - 1)
+        return float(perf.prefill_time_s(prompt_tokens - cached, float(prompt_tokens) ** 2 - float(cached) ** 2, 1))
+
+    def load_time_s(self, index: int, local_tokens: int, fetched_tokens: int) -> float:
+        inst = self._prefill_pool()[index]
+        req = self._current
+        assert req is not None
+        per_token = inst.perf.kv_bytes_per_token
+        from_dram = max(local_tokens - self._hbm_tokens(inst, req), 0) + fetched_tokens
+        t = from_dram * per_token / (self.setup.kv_pool.dram_bandwidth_gbps * 1e9)
+        if fetched_tokens > 0 and self.setup.kv_pool.remote_link is not None:
+            t += self.setup.kv_pool.remote_link.transfer_time_s(fetched_tokens * per_token)
+        return t
+
+    def decode_views(self, prompt_tokens: int, after_s: float) -> list[DecodeView]:
+        decodes = self.by_role["decode"]
+        incoming = sum(len(i.waiting) for i in self.by_role["prefill"]) / max(len(decodes), 1)
+        views = []
+        for d in decodes:
+            step = d.step_estimate_s(1, prompt_tokens + 1)
+            predicted = step
+            if after_s > 0 and step > 0:
+                leaving, leaving_ctx = d.finishing_within(after_s / step)
+                predicted = d.step_estimate_s(1 + round(incoming) - leaving, prompt_tokens + 1 - leaving_ctx)
+            free = d.capacity - d.kv_used - sum(r.prompt + 1 for r in d.pending) - prompt_tokens - 1
+            views.append(DecodeView(d.name, len(d.running), free, step, predicted))
+        return views
+
+    def _arrive_disaggregated(self, now: float, req: SimRequest) -> None:
+        scheduler = self.setup.scheduler
+        assert scheduler is not None
+        self._current = req
+        decision = scheduler.choose(req.prompt, self)
+        self._current = None
+        if decision.reject:
+            self._fail(req, now, f"rejected at arrival: {decision.reject}", RequestStatus.REJECTED)
+            return
+        inst = self._prefill_pool()[decision.prefill]
+        mixed = self.by_role["mixed"]
+        if mixed and decision.est_ttft_s - self.prefill_time_s(decision.prefill, req.prompt, decision.reuse_tokens) \
+                > self.setup.mixed_overflow_queue_s:
+            target = min(mixed, key=lambda m: (m.queued_work_s, m.outstanding, m.index))
+            self.counters["mixed_prompts"] += 1
+            self._enqueue_prefill(target, req, now, self._hbm_tokens(target, req))
+            return
+        local_hbm = self._hbm_tokens(inst, req)
+        load = 0.0
+        if decision.reuse_tokens > local_hbm:
+            load = self._load_prefix(inst, req, now, local_hbm, decision.reuse_tokens, decision.fetch_tokens)
+        if load > 0:
+            req.fetch_s = load
+            self.loop.schedule(now + load, PRIO_TRANSFER, self._loaded,
+                               (inst, req, decision.reuse_tokens))
+        else:
+            self._enqueue_prefill(inst, req, now, decision.reuse_tokens)
+
+    def _loaded(self, now: float, arg: tuple[SimInstance, SimRequest, int]) -> None:
+        inst, req, reuse = arg
+        self._enqueue_prefill(inst, req, now, reuse)
+
+    def _load_prefix(self, inst: SimInstance, req: SimRequest, now: float, hbm_tokens: int, reuse: int,
+                     fetched: int) -> float:
+        """Bring the reused prefix into ``inst``'s HBM: DRAM part over PCIe, fetched part over the remote NIC."""
+        pool = self.setup.kv_pool
+        bs = req.spec.block_size
+        per_token = inst.perf.kv_bytes_per_token
+        dram_tokens = reuse - hbm_tokens
+        t = dram_tokens * per_token / (pool.dram_bandwidth_gbps * 1e9)
+        if fetched > 0 and self.remote_nics:
+            _, end = self.remote_nics[inst.index].transfer(now, fetched * per_token)
+            t = max(t, end - now)
+            req.fetched_tokens = fetched
+            first = (reuse - fetched) // bs
+            keys = req.keys[first: reuse // bs]
+            dram = self.dram[inst.index]
+            threshold = pool.replication_threshold
+            hot = []
+            for key in keys:
+                self._remote_reads[key] += 1
+                if threshold and self._remote_reads[key] >= threshold and dram is not None and key not in dram:
+                    hot.append(key)
+            if hot and dram is not None:
+                self._dram_insert(dram, hot)
+                self.counters["replicated_blocks"] += len(hot)
+        if inst.hbm is not None:
+            inst.hbm.touch(req.keys[: reuse // bs])
+        return t
+
+    def _dram_insert(self, dram: LRUBlockCache, keys: Sequence[int]) -> None:
+        holders = self._holders
+        for key in keys:
+            if key not in dram:
+                holders[key] += 1
+        dram.touch(keys)
+
+    # -- instance hooks ---------------------------------------------------------------------------
+    def on_prefill_done(self, inst: SimInstance, req: SimRequest, now: float) -> None:
+        if self.has_pool and req.keys:
+            dram = self.dram[inst.index]
+            if dram is not None:
+                self._dram_insert(dram, req.keys)
+        if inst.role != "prefill":
+            inst.join(req, now)
+            return
+        if req.generated >= req.out_len:  # one output token: done at the prefill instance
+            inst.release(req.reserved)
+            req.reserved = 0
+            req.decode_instance = inst.name
+            req.decode_start_s = now
+            req.status = RequestStatus.OK
+            req.finish_s = now
+            self.on_finished(inst, req, now)
+            return
+        views = self.decode_views(req.prompt, 0.0)
+        if self.setup.rejection == "baseline" and decode_overloaded(views, self.setup.tbt_slo_s):
+            inst.release(req.reserved)
+            req.reserved = 0
+            self._fail(req, now, "rejected after prefill: decode instances overloaded (baseline)", RequestStatus.REJECTED)
+            return
+        target = self._pick_decode(views)
+        bytes_ = float(inst.perf.kv_bytes_per_token) * req.prompt
+        if target.index == inst.index:
+            self._transferred(now, (inst, target, req))
+            return
+        start, end = self.nics[inst.index].transfer(now, bytes_)
+        if self.setup.layerwise_transfer:  # only what is left after the prefill's last layer is exposed
+            full = end - start
+            visible = max(full - (req.prefill_end_s - req.prefill_start_s), full / self.setup.num_layers)
+            end = start + visible
+        req.kv_transfer_s = end - now
+        req.kv_transfer_bytes = bytes_
+        self.loop.schedule(end, PRIO_TRANSFER, self._transferred, (inst, target, req))
+
+    def _pick_decode(self, views: list[DecodeView]) -> SimInstance:
+        decodes = self.by_role["decode"]
+        best, best_step = None, math.inf
+        for i, v in enumerate(views):
+            if v.kv_free_tokens >= 0 and v.step_s < best_step:
+                best, best_step = i, v.step_s
+        if best is None and self.by_role["mixed"]:
+            self.counters["mixed_decodes"] += 1
+            return min(self.by_role["mixed"], key=lambda m: (m.kv_used / m.capacity, m.index))
+        if best is None:  # every decode instance is full: wait at the least-loaded one
+            best = min(range(len(decodes)), key=lambda i: (decodes[i].kv_used + len(decodes[i].pending), i))
+        return decodes[best]
+
+    def _transferred(self, now: float, arg: tuple[SimInstance, SimInstance, SimRequest]) -> None:
+        src, dst, req = arg
+        src.release(req.reserved)
+        req.reserved = 0
+        dst.enqueue_decode(req, now)
+
+    def on_finished(self, inst: SimInstance, req: SimRequest, now: float) -> None:
+        self._done += 1
+        self.counters["ok"] += 1
+        if not self.disaggregated and self.setup.router is not None:
+            self.setup.router.on_finished(RouteRequest(req.spec.request_id, req.keys, req.prompt), inst.role_index)
+
+    def on_failed(self, inst: SimInstance, req: SimRequest, now: float, reason: str) -> None:
+        if req.reserved:
+            inst.release(req.reserved)
+            req.reserved = 0
+        self._fail(req, now, reason)

@@ -1,0 +1,399 @@
+"""One simulated serving instance: vLLM-style continuous batching over a paged KV cache.
+
+Every iteration runs the decode step of each running sequence and, within a token budget
+(``max_num_batched_tokens``), prompt chunks from the FCFS waiting queue (chunked prefill). A request
+reserves KV for its whole context when its prefill starts; running sequences grow one token per
+iteration. When the cache cannot hold the next iteration's growth, the most recently started sequence
+is preempted and later recomputed (vLLM's recompute preemption). Prefix caching: a prefill starts
+from the longest run of leading blocks found in the instance's HBM cache (and anything the scheduler
+had loaded for it); the cache holds at most the instance's KV capacity (a block in use counts once).
+
+Stretches of decode-only iterations are not simulated one by one: while the batch does not change,
+step times form a known sequence (context grows by the batch size each step), so the instance plans a
+*segment* up to the next finish, evaluates its step times in one vectorised call, and cuts it short at
+the next iteration boundary if new work arrives. Each instance keeps the end time of every decode
+iteration; a request's token times are a slice of that timeline.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+from typing import Optional
+
+import numpy as np
+
+from harness.records import RequestStatus
+from systems.sim.block_cache import LRUBlockCache
+from systems.sim.events import PRIO_ITERATION, EventQueue
+from systems.sim.perf.base import InstanceShape, PerfModel
+from systems.sim.request import SimRequest
+
+SEGMENT_CAP = 1024  # decode iterations planned at once
+
+
+class InstanceHooks:
+    """What an instance tells its cluster (the cluster overrides these)."""
+
+    def on_prefill_done(self, inst: SimInstance, req: SimRequest, now: float) -> None:  # pragma: no cover
+        inst.join(req, now)
+
+    def on_finished(self, inst: SimInstance, req: SimRequest, now: float) -> None:  # pragma: no cover
+        pass
+
+    def on_failed(self, inst: SimInstance, req: SimRequest, now: float, reason: str) -> None:  # pragma: no cover
+        pass
+
+
+class SimInstance:
+    """A serving instance of one role: ``colocated`` (or ``mixed``), ``prefill`` or ``decode``."""
+
+    def __init__(self, index: int, name: str, role: str, shape: InstanceShape, perf: PerfModel, loop: EventQueue,
+                 hooks: InstanceHooks, max_num_batched_tokens: int, max_num_seqs: int, chunked_prefill: bool,
+                 hbm_cache: Optional[LRUBlockCache]) -> None:
+        self.index = index
+        self.role_index = 0  # position among the instances of its role
+        self.name = name
+        self.role = role
+        self.shape = shape
+        self.perf = perf
+        self.loop = loop
+        self.hooks = hooks
+        self.budget = max_num_batched_tokens
+        self.max_seqs = max_num_seqs
+        self.chunked = chunked_prefill
+        self.hbm = hbm_cache
+        self.capacity = int(perf.kv_capacity_tokens)
+        self.waiting: deque[SimRequest] = deque()  # prefill work (new prompts, preempted sequences)
+        self.pending: deque[SimRequest] = deque()  # KV arrived from a prefill instance, waiting to decode
+        self.running: dict[int, SimRequest] = {}
+        self._finish_heap: list[tuple[int, int, SimRequest]] = []
+        self.S = 0  # context tokens of the running sequences
+        self.reserved = 0  # KV tokens reserved by prefills in progress and finished prefills not yet handed off
+        self.diter = 0  # decode iterations completed
+        self._tl_chunks: list[np.ndarray] = []
+        self._tl_buf: list[float] = []
+        self._timeline: Optional[np.ndarray] = None
+        self.busy = False
+        self._version = 0
+        self._chunks: list[tuple[SimRequest, int]] = []
+        self._seg_ends: Optional[np.ndarray] = None
+        self._seg_n = 0
+        self._seg_start = 0.0
+        self.queued_work_s = 0.0  # estimated prefill seconds of the waiting queue
+        self.queued_tokens = 0
+        self.busy_s = 0.0  # time spent in iterations
+        self.prefill_tokens_computed = 0
+        self.decode_tokens = 0
+        self.preemptions = 0
+
+    # -- load views -------------------------------------------------------------------------------
+    @property
+    def outstanding(self) -> int:
+        return len(self.waiting) + len(self.running) + len(self.pending)
+
+    @property
+    def kv_used(self) -> int:
+        return self.S + self.reserved
+
+    def step_estimate_s(self, extra_seqs: int = 0, extra_ctx: int = 0) -> float:
+        """Estimated decode step with ``extra_seqs`` more sequences of ``extra_ctx`` context in all."""
+        b = len(self.running) + len(self.pending) + extra_seqs
+        s = self.S + sum(r.prompt + 1 for r in self.pending) + extra_ctx if self.pending else self.S + extra_ctx
+        return float(self.perf.decode_step_time_s(b, s)) if b else 0.0
+
+    def finishing_within(self, steps: float) -> tuple[int, int]:
+        """(sequences, their context tokens) of running sequences that finish within ``steps`` iterations."""
+        limit = self.diter + steps
+        n = ctx = 0
+        for fd, _, req in self._finish_heap:
+            if fd <= limit and req.finish_diter == fd:
+                n += 1
+                ctx += req.base_ctx + (self.diter - req.join_diter)
+        return n, ctx
+
+    # -- work arrives -----------------------------------------------------------------------------
+    def enqueue_prefill(self, req: SimRequest, now: float) -> None:
+        """Queue a prompt (or a preempted sequence at the front) for prefill."""
+        if req.recomputing:
+            self.waiting.appendleft(req)
+        else:
+            self.waiting.append(req)
+        req.enqueued_s = now
+        self.queued_work_s += req.est_work_s
+        self.queued_tokens += req.ctx_target
+        self._wake(now)
+
+    def enqueue_decode(self, req: SimRequest, now: float) -> None:
+        """A request whose KV has arrived joins the decode queue."""
+        self.pending.append(req)
+        self._wake(now)
+
+    def release(self, tokens: int) -> None:
+        """Free KV held for a request that left (handed off or rejected)."""
+        self.reserved -= tokens
+
+    def _wake(self, now: float) -> None:
+        if not self.busy:
+            self._start(now)
+            return
+        ends = self._seg_ends
+        if ends is not None:  # cut the decode segment at the next iteration boundary
+            k = int(np.searchsorted(ends, now, side="right"))
+            n = min(k + 1, self._seg_n)
+            if n < self._seg_n:
+                self._seg_n = n
+                self._version += 1
+                self.loop.schedule(float(ends[n - 1]), PRIO_ITERATION, self._end_segment, self._version)
+
+    # -- scheduling -------------------------------------------------------------------------------
+    def _admit_pending(self, now: float) -> None:
+        pending = self.pending
+        while pending and len(self.running) < self.max_seqs:
+            req = pending[0]
+            need = req.prompt + req.generated
+            if need > self.capacity:
+                pending.popleft()
+                self.hooks.on_failed(self, req, now, f"context of {need} tokens exceeds the KV capacity of "
+                                     f"{self.name} ({self.capacity} tokens)")
+                continue
+            if self.S + self.reserved + need > self.capacity:
+                break
+            pending.popleft()
+            req.decode_start_s = now
+            self._join_running(req)
+
+    def _preempt_for_growth(self, now: float) -> None:
+        running = self.running
+        while running and self.S + self.reserved + len(running) > self.capacity:
+            rid = next(reversed(running))
+            req = running.pop(rid)
+            done = self.diter - req.join_diter
+            if done:
+                req.ranges.append((self, req.join_diter, done))
+            req.generated += done
+            self.S -= req.base_ctx + done
+            req.finish_diter = -1
+            req.recomputing = True
+            req.preemptions += 1
+            self.preemptions += 1
+            req.ctx_target = req.prompt + req.generated
+            req.computed = 0
+            req.est_work_s = float(self.perf.prefill_time_s(req.ctx_target, float(req.ctx_target) ** 2, 1))
+            self.enqueue_prefill(req, now)
+
+    def _begin_prefill(self, req: SimRequest, now: float) -> bool:
+        """Reserve KV and find the cached prefix; False when the KV cache cannot take it now."""
+        need = req.ctx_target
+        if self.S + self.reserved + need > self.capacity:
+            if need > self.capacity:
+                self.waiting.remove(req)
+                self.queued_work_s -= req.est_work_s
+                self.queued_tokens -= req.ctx_target
+                self.hooks.on_failed(self, req, now, f"prompt of {need} tokens can never fit the KV capacity of "
+                                     f"{self.name} ({self.capacity} tokens)")
+                return True
+            return False
+        self.reserved += need
+        req.reserved = need
+        cached = 0
+        if self.hbm is not None and req.keys:
+            cached = self.hbm.prefix_len(req.keys) * req.spec.block_size
+        if not req.recomputing:
+            cached = max(cached, req.cached_tokens)
+        cached = min(cached, req.prompt - 1, need - 1)
+        cached = max(cached, 0)
+        if not req.recomputing:
+            req.cached_tokens = cached
+            req.prefill_start_s = now
+            req.prefill_instance = self.name
+        req.computed = cached
+        return True
+
+    def _form_prefill(self, now: float) -> list[tuple[SimRequest, int]]:
+        budget = self.budget - len(self.running) if self.chunked else self.budget
+        chunks: list[tuple[SimRequest, int]] = []
+        seqs = len(self.running)
+        i = 0
+        waiting = self.waiting
+        while i < len(waiting) and budget > 0 and seqs < self.max_seqs:
+            req = waiting[i]
+            if req.reserved == 0:  # its prefill has not started
+                before = len(waiting)
+                if not self._begin_prefill(req, now):
+                    break
+                if len(waiting) < before:  # failed and removed
+                    continue
+            remaining = req.ctx_target - req.computed
+            if self.chunked:
+                c = min(remaining, budget)
+            elif chunks and remaining > budget:  # whole prompts only; the first may exceed the budget
+                break
+            else:
+                c = remaining
+            chunks.append((req, c))
+            budget -= c
+            seqs += 1
+            i += 1
+        return chunks
+
+    def _start(self, now: float) -> None:
+        self._admit_pending(now)
+        if self.running and self.role != "prefill":
+            self._preempt_for_growth(now)
+        chunks = self._form_prefill(now) if self.waiting else []
+        b = len(self.running)
+        if chunks:
+            tok = 0
+            sq = 0.0
+            for req, c in chunks:
+                p = req.computed
+                tok += c
+                sq += float(p + c) ** 2 - float(p) ** 2
+            dur = self.perf.mixed_step_time_s(tok, sq, len(chunks), b, self.S) if b else \
+                self.perf.prefill_time_s(tok, sq, len(chunks))
+            self.busy = True
+            self._chunks = chunks
+            self._seg_ends = None
+            self._version += 1
+            self.busy_s += dur
+            self.loop.schedule(now + dur, PRIO_ITERATION, self._end_mixed, self._version)
+        elif b:
+            self._start_segment(now)
+        else:
+            self.busy = False
+
+    def _start_segment(self, now: float) -> None:
+        heap = self._finish_heap
+        while heap and heap[0][2].finish_diter != heap[0][0]:
+            heapq.heappop(heap)
+        b = len(self.running)
+        n = heap[0][0] - self.diter if heap else SEGMENT_CAP
+        room = self.capacity - self.S - self.reserved
+        n = max(1, min(n, room // b if b else n, SEGMENT_CAP))
+        if n == 1:
+            ends = np.array([now + float(self.perf.decode_step_time_s(b, self.S))])
+        else:
+            ctx = self.S + b * np.arange(n, dtype=np.float64)
+            ends = now + np.cumsum(self.perf.decode_step_time_s(b, ctx))
+        self.busy = True
+        self._seg_start = now
+        self._seg_ends = ends
+        self._seg_n = n
+        self._version += 1
+        self.loop.schedule(float(ends[-1]), PRIO_ITERATION, self._end_segment, self._version)
+
+    # -- iteration ends ---------------------------------------------------------------------------
+    def _end_segment(self, now: float, version: int) -> None:
+        if version != self._version:
+            return
+        ends = self._seg_ends
+        assert ends is not None
+        n = self._seg_n
+        if self._tl_buf:
+            self._tl_chunks.append(np.asarray(self._tl_buf))
+            self._tl_buf = []
+        self._tl_chunks.append(ends[:n])
+        b = len(self.running)
+        self.busy_s += now - self._seg_start
+        self.diter += n
+        self.S += b * n
+        self.decode_tokens += b * n
+        self._seg_ends = None
+        self._finish_due(now)
+        self.busy = False
+        self._start(now)
+
+    def _end_mixed(self, now: float, version: int) -> None:
+        if version != self._version:
+            return
+        b = len(self.running)
+        if b:
+            self._tl_buf.append(now)
+            self.diter += 1
+            self.S += b
+            self.decode_tokens += b
+            self._finish_due(now)
+        done: list[SimRequest] = []
+        for req, c in self._chunks:
+            req.computed += c
+            self.prefill_tokens_computed += c
+            if req.computed >= req.ctx_target:
+                done.append(req)
+        self._chunks = []
+        for req in done:
+            self.waiting.remove(req)
+            self.queued_work_s -= req.est_work_s
+            self.queued_tokens -= req.ctx_target
+            if self.hbm is not None and req.keys:
+                self.hbm.touch(req.keys)
+            req.generated += 1
+            req.token_times.append(now)
+            if req.recomputing:
+                req.recomputing = False
+                self.join(req, now)
+            else:
+                req.first_token_s = now
+                req.prefill_end_s = now
+                self.hooks.on_prefill_done(self, req, now)
+        self.busy = False
+        self._start(now)
+
+    def _finish_due(self, now: float) -> None:
+        heap = self._finish_heap
+        diter = self.diter
+        while heap and heap[0][0] <= diter:
+            fd, _, req = heapq.heappop(heap)
+            if req.finish_diter != fd:
+                continue
+            del self.running[req.spec.request_id]
+            count = fd - req.join_diter
+            req.ranges.append((self, req.join_diter, count))
+            self.S -= req.base_ctx + (diter - req.join_diter)
+            req.generated += count
+            req.finish_diter = -1
+            self._finish(req, now)
+
+    def _finish(self, req: SimRequest, now: float) -> None:
+        req.status = RequestStatus.OK
+        req.finish_s = now
+        self.hooks.on_finished(self, req, now)
+
+    # -- decode membership ------------------------------------------------------------------------
+    def _join_running(self, req: SimRequest) -> None:
+        req.base_ctx = req.prompt + req.generated
+        req.join_diter = self.diter
+        req.finish_diter = self.diter + (req.out_len - req.generated)
+        req.decode_instance = self.name
+        self.S += req.base_ctx
+        self.running[req.spec.request_id] = req
+        heapq.heappush(self._finish_heap, (req.finish_diter, req.spec.request_id, req))
+
+    def join(self, req: SimRequest, now: float) -> None:
+        """A sequence whose prefill ran here starts decoding here (its reservation becomes running KV)."""
+        self.reserved -= req.reserved
+        req.reserved = 0
+        if req.generated >= req.out_len:
+            req.decode_instance = self.name
+            if math.isnan(req.decode_start_s):
+                req.decode_start_s = now
+            self._finish(req, now)
+            return
+        if math.isnan(req.decode_start_s):
+            req.decode_start_s = now
+        self._join_running(req)
+
+    # -- after the run ----------------------------------------------------------------------------
+    def iteration_times(self, first: int, count: int) -> np.ndarray:
+        """End times of decode iterations ``first .. first + count - 1``."""
+        if self._timeline is None:
+            parts = [*self._tl_chunks]
+            if self._tl_buf:
+                parts.append(np.asarray(self._tl_buf))
+            self._timeline = np.concatenate(parts) if parts else np.zeros(0)
+        return self._timeline[first:first + count]
+
+
+HookFactory = Callable[[], InstanceHooks]

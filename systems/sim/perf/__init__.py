@@ -1,0 +1,1 @@
+"""Performance models: how long a prefill chunk or a decode step takes on one instance."""

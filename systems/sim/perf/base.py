@@ -1,0 +1,74 @@
+"""The narrow interface every performance model implements, and the instance shape it is built for.
+
+Times are seconds. A *prefill* iteration computes a batch of prompt chunks: ``sum_tokens`` new tokens
+in ``n_seqs`` sequences, where a chunk of ``c`` new tokens after ``p`` tokens already in the KV cache
+(a prefix-cache hit or an earlier chunk) contributes ``c`` to ``sum_tokens`` and ``(p + c)**2 - p**2``
+to ``sum_sq_tokens`` (the attention term: summed over a prompt's chunks it telescopes to ``len**2``).
+A *decode* step generates one token for each of ``batch_size`` sequences whose contexts sum to
+``sum_context`` tokens. Decode functions accept NumPy arrays (same shape) and return an array then:
+the simulator evaluates whole stretches of decode-only steps at once.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+ArrayLike = float | int | np.ndarray
+
+
+@dataclass(frozen=True)
+class InstanceShape:
+    """How one serving instance is laid out: parallelism and GPU type (a hardware catalog name)."""
+
+    hardware: str
+    tp: int = 1
+    pp: int = 1
+
+    @property
+    def n_gpus(self) -> int:
+        return self.tp * self.pp
+
+
+class PerfModel(ABC):
+    """Latency of one instance's iterations. Subclasses state their assumptions in their docstring."""
+
+    name: str = ""
+
+    @property
+    @abstractmethod
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one token occupies on the whole instance (all layers, K and V, GQA-aware)."""
+
+    @property
+    @abstractmethod
+    def kv_capacity_tokens(self) -> int:
+        """Tokens of KV cache the instance holds after weights and activations (its HBM prefix cache too)."""
+
+    @abstractmethod
+    def prefill_time_s(self, sum_tokens: float, sum_sq_tokens: float, n_seqs: int = 1) -> float:
+        """One prefill iteration (see the module docstring for the arguments)."""
+
+    @abstractmethod
+    def decode_step_time_s(self, batch_size: ArrayLike, sum_context: ArrayLike) -> ArrayLike:
+        """One decode step of ``batch_size`` sequences with ``sum_context`` context tokens in all."""
+
+    def mixed_step_time_s(self, sum_tokens: float, sum_sq_tokens: float, n_seqs: int,
+                          batch_size: int, sum_context: float) -> float:
+        """One iteration that runs prefill chunks and decodes together (chunked prefill, colocated).
+
+        Default: the prefill time plus the decode step's time beyond an empty step (the per-iteration
+        fixed cost is paid once). Models with a better account override it.
+        """
+        if batch_size <= 0:
+            return self.prefill_time_s(sum_tokens, sum_sq_tokens, n_seqs)
+        if sum_tokens <= 0:
+            return float(self.decode_step_time_s(batch_size, sum_context))
+        extra = float(self.decode_step_time_s(batch_size, sum_context)) - float(self.decode_step_time_s(0, 0.0))
+        return self.prefill_time_s(sum_tokens, sum_sq_tokens, n_seqs) + max(extra, 0.0)
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "kv_bytes_per_token": self.kv_bytes_per_token,
+                "kv_capacity_tokens": self.kv_capacity_tokens}

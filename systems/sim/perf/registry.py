@@ -1,0 +1,48 @@
+"""Building a performance model by name: ``roofline``, ``distserve`` (fitted) or ``splitwise`` (profiled).
+
+Profile files are cached per path by the loaders (``functools.lru_cache`` on pure file-reading
+functions); nothing else is kept between calls.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any, Optional
+
+from harness.config import HardwareConfig, ModelConfig
+from systems.sim.perf.base import InstanceShape, PerfModel
+from systems.sim.perf.distserve_fit import DistServeFitModel
+from systems.sim.perf.roofline import RooflineModel
+from systems.sim.perf.splitwise_profile import SplitwiseProfileModel
+
+PERF_MODELS = ("roofline", "distserve", "splitwise")
+
+
+def build_perf_model(kind: str, model: ModelConfig, hardware: HardwareConfig, shape: InstanceShape,
+                     profiles_dir: Optional[str | os.PathLike[str]] = None, gpu_memory_utilization: float = 0.9,
+                     **params: Any) -> PerfModel:
+    """The ``kind`` performance model of ``model`` on ``shape`` (``hardware`` is ``shape.hardware``'s config).
+
+    ``params`` go to the model's constructor: roofline ``overlap``, ``attention_efficiency``,
+    ``iteration_overhead_ms``, ``activation_reserve_gib``; distserve ``engine`` (``"distserve"`` or
+    ``"vllm"``), ``activation_reserve_gib``; splitwise ``activation_reserve_gib``. Unknown kinds, unknown
+    parameters and (model, hardware, tp) combinations a profile does not cover raise ``ValueError``.
+    """
+    if kind not in PERF_MODELS:
+        raise ValueError(f"unknown performance model {kind!r}: expected one of {', '.join(PERF_MODELS)}")
+    cls = _CLASSES[kind]
+    allowed = set(inspect.signature(cls.__init__).parameters) - _POSITIONAL
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise ValueError(f"performance model {kind!r}: unknown parameter(s) {', '.join(unknown)}; "
+                         f"it accepts {', '.join(sorted(allowed))}")
+    if kind == "roofline":
+        return RooflineModel(model, hardware, shape, gpu_memory_utilization=gpu_memory_utilization, **params)
+    return cls(model, hardware, shape, profiles_dir=profiles_dir, gpu_memory_utilization=gpu_memory_utilization,
+               **params)
+
+
+_CLASSES: dict[str, type[PerfModel]] = {"roofline": RooflineModel, "distserve": DistServeFitModel,
+                                        "splitwise": SplitwiseProfileModel}
+_POSITIONAL = {"self", "model", "hw", "shape", "gpu_memory_utilization", "profiles_dir"}
