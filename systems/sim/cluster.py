@@ -137,10 +137,14 @@ class Cluster(InstanceHooks):
                 self.dram.append(None)
         self.has_pool = pool.dram_tokens_per_node > 0 and pool.remote_link is not None
         self.remote_nics = [FifoLink(pool.remote_link) for _ in self.instances] if self.has_pool else []
-        self.disaggregated = bool(self.by_role["prefill"])
+        # one-phase clusters, for searches that size each phase on its own (DistServe's placement):
+        # prefill-only: requests end at their first token; decode-only: requests arrive with their KV
+        self.prefill_only = bool(self.by_role["prefill"]) and not self.by_role["decode"] and not self.by_role["mixed"]
+        self.decode_only = bool(self.by_role["decode"]) and not self.by_role["prefill"]
+        self.disaggregated = bool(self.by_role["prefill"]) and not self.prefill_only
         if self.disaggregated and setup.scheduler is None:
-            raise ValueError("a deployment with prefill instances needs a PDScheduler")
-        if not self.disaggregated and setup.router is None:
+            raise ValueError("a deployment with prefill and decode instances needs a PDScheduler")
+        if not self.disaggregated and not self.decode_only and not self.prefill_only and setup.router is None:
             raise ValueError("a colocated deployment needs a routing policy")
         self._current: Optional[SimRequest] = None
         self._block_size = 0
@@ -237,6 +241,9 @@ class Cluster(InstanceHooks):
         if self.disaggregated:
             self._arrive_disaggregated(now, req)
             return
+        if self.decode_only or self.prefill_only:
+            self._arrive_one_phase(now, req)
+            return
         insts = self.by_role["colocated"] or self.by_role["mixed"]
         loads = [InstanceLoad(i.name, i.outstanding, i.queued_tokens) for i in insts]
         route = RouteRequest(req.spec.request_id, req.keys, req.prompt, req.spec.tenant)
@@ -245,6 +252,26 @@ class Cluster(InstanceHooks):
         index = router.choose(route, loads)
         router.on_routed(route, index)
         self._enqueue_prefill(insts[index], req, now, 0)
+
+    def _arrive_one_phase(self, now: float, req: SimRequest) -> None:
+        """Least-loaded instance of the only phase; decode-only requests come with KV and a first token."""
+        if self.prefill_only:
+            inst = min(self.by_role["prefill"], key=lambda i: (i.queued_work_s, i.outstanding, i.index))
+            self._enqueue_prefill(inst, req, now, 0)
+            return
+        inst = min(self.by_role["decode"], key=lambda i: (i.kv_used + sum(r.prompt for r in i.pending), i.index))
+        req.prefill_instance = ""
+        req.first_token_s = req.prefill_start_s = req.prefill_end_s = now
+        req.token_times.append(now)
+        req.generated = 1
+        if req.generated >= req.out_len:
+            req.decode_instance = inst.name
+            req.decode_start_s = now
+            req.status = RequestStatus.OK
+            req.finish_s = now
+            self.on_finished(inst, req, now)
+            return
+        inst.enqueue_decode(req, now)
 
     def _enqueue_prefill(self, inst: SimInstance, req: SimRequest, now: float, reuse: int) -> None:
         cached = min(max(reuse, self._hbm_tokens(inst, req)), req.prompt - 1)
@@ -399,7 +426,7 @@ class Cluster(InstanceHooks):
         if inst.role != "prefill":
             inst.join(req, now)
             return
-        if req.generated >= req.out_len:  # one output token: done at the prefill instance
+        if req.generated >= req.out_len or self.prefill_only:  # done at the prefill instance
             inst.release(req.reserved)
             req.reserved = 0
             req.decode_instance = inst.name

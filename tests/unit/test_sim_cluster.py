@@ -231,3 +231,15 @@ def test_load_samples_cover_every_instance() -> None:
     assert names == {"C0", "C1"}
     assert all(0 <= s["kv_utilization"] <= 1 for s in sim.load_samples)
     assert not math.isnan(sim.info["utilization_colocated"])
+
+
+def test_one_phase_clusters_time_each_phase_alone() -> None:
+    perf = LinearPerf()
+    prefill_only = ClusterSetup("distserve", (PoolSetup("prefill", 1, SHAPE, perf, HW),), LINK)
+    (rec,), _ = run(prefill_only, [spec(0, 0.0, 1000, 50)])
+    assert rec.status == RequestStatus.OK and rec.n_out == 1
+    assert rec.first_token_s == pytest.approx(0.010 + 0.1)
+    decode_only = ClusterSetup("distserve", (PoolSetup("decode", 1, SHAPE, perf, HW),), LINK)
+    (rec,), _ = run(decode_only, [spec(0, 2.0, 1000, 3)])
+    assert rec.first_token_s == 2.0 and rec.n_out == 3
+    assert np.diff(rec.chunk_times_s) == pytest.approx([0.005 + 1e-3 + 1e-6 * (1001 + k) for k in range(2)])
