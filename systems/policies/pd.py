@@ -21,14 +21,15 @@ The decode instance is chosen by load: the smallest estimated step time (TBT) am
 with room for the request's KV. Admission (``rejection``):
 
 * ``none``: admit everything;
+* ``baseline``: reject at arrival only when the estimated TTFT exceeds the TTFT SLO (the prefill stage's
+  own check); the driver checks the decode stage after the prefill (:func:`decode_overloaded`), so a
+  request rejected there has wasted its prefill (Mooncake's per-stage baseline);
 * ``early``: reject at arrival when the estimated TTFT exceeds the TTFT SLO or the least-loaded decode
   instance's current TBT estimate exceeds the TBT SLO (Mooncake's early rejection);
 * ``predictive``: as ``early``, but the decode load is the one *predicted* for when the request's prefill
   ends (requests finishing before then leave, requests in prefill join), Mooncake's prediction-based
   early rejection.
 
-The driver implements the ``baseline`` of Mooncake's overload experiment (reject only when the decode
-stage cannot take a request after its prefill, wasting that prefill) with :func:`decode_overloaded`.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ __all__ = [
 ]
 
 PD_POLICY_NAMES = ("random", "round_robin", "load_balancing", "local_cache_aware", "conductor")
-REJECTION_MODES = ("none", "early", "predictive")
+REJECTION_MODES = ("none", "baseline", "early", "predictive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,7 @@ class DecodeView:
     kv_free_tokens: int  # KV tokens it can still take
     step_s: float  # estimated decode step (TBT) with the request added now
     predicted_step_s: float  # the same when the request would arrive (prediction-based rejection)
+    predicted_kv_free_tokens: int = 0  # KV room predicted for when the request would arrive
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +129,7 @@ def decode_overloaded(decodes: Sequence[DecodeView], tbt_slo_s: Optional[float],
 def _best_decode(decodes: Sequence[DecodeView], predicted: bool = False) -> Optional[int]:
     best, best_step = None, math.inf
     for i, d in enumerate(decodes):
-        if d.kv_free_tokens <= 0:
+        if (d.predicted_kv_free_tokens if predicted else d.kv_free_tokens) < 0:
             continue
         step = d.predicted_step_s if predicted else d.step_s
         if step < best_step:
@@ -213,7 +215,7 @@ class PDScheduler:
         if self.rejection != "none":
             if self.ttft_slo_s is not None and est_ttft > self.ttft_slo_s:
                 reject = f"estimated TTFT {est_ttft:.3f} s exceeds the SLO {self.ttft_slo_s:g} s"
-            elif decodes and decode_overloaded(decodes, self.tbt_slo_s, predicted):
+            elif self.rejection != "baseline" and decodes and decode_overloaded(decodes, self.tbt_slo_s, predicted):
                 reject = ("decode instances overloaded" + (" (predicted)" if predicted else "")
                           + (f": TBT estimate {est_tbt * 1e3:.1f} ms > SLO {self.tbt_slo_s * 1e3:g} ms"
                              if d is not None and self.tbt_slo_s is not None else ": no KV room"))

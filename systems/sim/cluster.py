@@ -193,6 +193,12 @@ class Cluster(InstanceHooks):
         if bar is not None:
             bar.update(self._done - bar.n)
             bar.close()
+        stuck = len(self.requests) - self._done
+        if stuck:
+            log.warning("%d requests never finished: no event was left to move them (see status 'unfinished')", stuck)
+            for req in self.requests:
+                if req.status == RequestStatus.UNFINISHED and not req.error:
+                    req.error = "still queued when the simulation ran out of events"
         return SimRun(self.requests, self.samples, self._info())
 
     def _info(self) -> dict[str, Any]:
@@ -219,10 +225,10 @@ class Cluster(InstanceHooks):
         for inst in self.instances:
             self.samples.append({
                 "time_s": now, "instance": inst.name, "role": inst.role, "running": len(inst.running),
-                "waiting": len(inst.waiting) + len(inst.pending), "queued_prefill_s": inst.queued_work_s,
+                "waiting": len(inst.waiting) + len(inst.prefilling) + len(inst.pending), "queued_prefill_s": inst.queued_work_s,
                 "kv_utilization": inst.kv_used / inst.capacity if inst.capacity else math.nan,
             })
-        if self._done < len(self.requests):
+        if self._done < len(self.requests) and len(self.loop):  # stop when nothing else can happen
             self.loop.schedule(now + self.setup.sample_interval_s, PRIO_SAMPLE, self._sample, None)
 
     # -- arrivals ---------------------------------------------------------------------------------
@@ -338,16 +344,23 @@ class Cluster(InstanceHooks):
 
     def decode_views(self, prompt_tokens: int, after_s: float) -> list[DecodeView]:
         decodes = self.by_role["decode"]
-        incoming = sum(len(i.waiting) for i in self.by_role["prefill"]) / max(len(decodes), 1)
+        incoming = sum(len(i.waiting) + len(i.prefilling) for i in self.by_role["prefill"]) / max(len(decodes), 1)
         views = []
+        incoming_ctx = 0.0
+        if after_s > 0 and incoming:
+            queued = [r.prompt for i in self.by_role["prefill"] for q in (i.waiting, i.prefilling) for r in q]
+            incoming_ctx = incoming * (sum(queued) / len(queued)) if queued else 0.0
         for d in decodes:
             step = d.step_estimate_s(1, prompt_tokens + 1)
-            predicted = step
-            if after_s > 0 and step > 0:
-                leaving, leaving_ctx = d.finishing_within(after_s / step)
-                predicted = d.step_estimate_s(1 + round(incoming) - leaving, prompt_tokens + 1 - leaving_ctx)
             free = d.capacity - d.kv_used - sum(r.prompt + 1 for r in d.pending) - prompt_tokens - 1
-            views.append(DecodeView(d.name, len(d.running), free, step, predicted))
+            predicted, predicted_free = step, free
+            if after_s > 0 and step > 0:
+                # requests finishing before the prefill ends leave; requests now in prefill arrive
+                leaving, leaving_ctx = d.finishing_within(after_s / step)
+                predicted = d.step_estimate_s(1 + round(incoming) - leaving,
+                                              prompt_tokens + 1 + round(incoming_ctx) - leaving_ctx)
+                predicted_free = free + leaving_ctx - round(incoming_ctx)
+            views.append(DecodeView(d.name, len(d.running), free, step, predicted, predicted_free))
         return views
 
     def _arrive_disaggregated(self, now: float, req: SimRequest) -> None:

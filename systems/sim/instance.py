@@ -66,7 +66,8 @@ class SimInstance:
         self.chunked = chunked_prefill
         self.hbm = hbm_cache
         self.capacity = int(perf.kv_capacity_tokens)
-        self.waiting: deque[SimRequest] = deque()  # prefill work (new prompts, preempted sequences)
+        self.waiting: deque[SimRequest] = deque()  # prefill work not started (new prompts, preempted sequences)
+        self.prefilling: list[SimRequest] = []  # prefills started (KV reserved), in start order
         self.pending: deque[SimRequest] = deque()  # KV arrived from a prefill instance, waiting to decode
         self.running: dict[int, SimRequest] = {}
         self._finish_heap: list[tuple[int, int, SimRequest]] = []
@@ -92,7 +93,7 @@ class SimInstance:
     # -- load views -------------------------------------------------------------------------------
     @property
     def outstanding(self) -> int:
-        return len(self.waiting) + len(self.running) + len(self.pending)
+        return len(self.waiting) + len(self.prefilling) + len(self.running) + len(self.pending)
 
     @property
     def kv_used(self) -> int:
@@ -185,17 +186,21 @@ class SimInstance:
             self.enqueue_prefill(req, now)
 
     def _begin_prefill(self, req: SimRequest, now: float) -> bool:
-        """Reserve KV and find the cached prefix; False when the KV cache cannot take it now."""
+        """Move the head of the waiting queue to ``prefilling``: reserve its KV and find its cached prefix.
+
+        False when the KV cache cannot take it now (it stays at the head, FCFS) or it can never fit
+        (it fails and leaves the queue)."""
         need = req.ctx_target
         if self.S + self.reserved + need > self.capacity:
             if need > self.capacity:
-                self.waiting.remove(req)
+                self.waiting.popleft()
                 self.queued_work_s -= req.est_work_s
                 self.queued_tokens -= req.ctx_target
                 self.hooks.on_failed(self, req, now, f"prompt of {need} tokens can never fit the KV capacity of "
                                      f"{self.name} ({self.capacity} tokens)")
-                return True
             return False
+        self.waiting.popleft()
+        self.prefilling.append(req)
         self.reserved += need
         req.reserved = need
         cached = 0
@@ -217,15 +222,18 @@ class SimInstance:
         chunks: list[tuple[SimRequest, int]] = []
         seqs = len(self.running)
         i = 0
+        prefilling = self.prefilling
         waiting = self.waiting
-        while i < len(waiting) and budget > 0 and seqs < self.max_seqs:
-            req = waiting[i]
-            if req.reserved == 0:  # its prefill has not started
-                before = len(waiting)
-                if not self._begin_prefill(req, now):
+        while budget > 0 and seqs < self.max_seqs:
+            if i == len(prefilling):  # every started prefill has its chunk: start the next (FCFS)
+                if not waiting:
                     break
-                if len(waiting) < before:  # failed and removed
-                    continue
+                before = len(waiting)
+                if not self._begin_prefill(waiting[0], now):
+                    if len(waiting) < before:  # it could never fit and failed; try the next
+                        continue
+                    break
+            req = prefilling[i]
             remaining = req.ctx_target - req.computed
             if self.chunked:
                 c = min(remaining, budget)
@@ -243,7 +251,7 @@ class SimInstance:
         self._admit_pending(now)
         if self.running and self.role != "prefill":
             self._preempt_for_growth(now)
-        chunks = self._form_prefill(now) if self.waiting else []
+        chunks = self._form_prefill(now) if self.waiting or self.prefilling else []
         b = len(self.running)
         if chunks:
             tok = 0
@@ -324,7 +332,7 @@ class SimInstance:
                 done.append(req)
         self._chunks = []
         for req in done:
-            self.waiting.remove(req)
+            self.prefilling.remove(req)
             self.queued_work_s -= req.est_work_s
             self.queued_tokens -= req.ctx_target
             if self.hbm is not None and req.keys:

@@ -107,7 +107,7 @@ def build_setup(cfg: Any, plans: list[PoolPlan], perf: dict[str, PerfModel], see
         if name not in PD_POLICY_NAMES:
             raise ConfigError(f"system.router: {system.router!r} is not a disaggregation policy; expected one of "
                               f"{', '.join(PD_POLICY_NAMES)} (aliases: {', '.join(PD_ALIASES)})")
-        scheduler = PDScheduler(name, rejection=engine.rejection if engine.rejection in ("early", "predictive") else "none",
+        scheduler = PDScheduler(name, rejection=engine.rejection,
                                 ttft_slo_s=_slo_s(cfg.slo.ttft_ms), tbt_slo_s=_slo_s(tbt),
                                 kvcache_balancing_threshold=engine.kvcache_balancing_threshold, seed=seed)
     kv_pool = KVPoolSetup()

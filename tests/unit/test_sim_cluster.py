@@ -59,7 +59,7 @@ def colocated(n: int = 1, perf: PerfModel | None = None, **kw) -> ClusterSetup:
 def disaggregated(perf: PerfModel | None = None, n_p: int = 1, n_d: int = 1, policy: str = "load_balancing",
                   rejection: str = "none", **kw) -> ClusterSetup:
     perf = perf or LinearPerf()
-    sched = PDScheduler(policy, rejection=rejection if rejection != "baseline" else "none",
+    sched = PDScheduler(policy, rejection=rejection,
                         ttft_slo_s=kw.pop("ttft_slo_s", None), tbt_slo_s=kw.get("tbt_slo_s"))
     return ClusterSetup("distserve", (PoolSetup("prefill", n_p, SHAPE, perf, HW), PoolSetup("decode", n_d, SHAPE, perf, HW)),
                         LINK, scheduler=sched, rejection=rejection, **kw)
@@ -243,3 +243,13 @@ def test_one_phase_clusters_time_each_phase_alone() -> None:
     (rec,), _ = run(decode_only, [spec(0, 2.0, 1000, 3)])
     assert rec.first_token_s == 2.0 and rec.n_out == 3
     assert np.diff(rec.chunk_times_s) == pytest.approx([0.005 + 1e-3 + 1e-6 * (1001 + k) for k in range(2)])
+
+
+def test_decode_instances_under_kv_pressure_never_deadlock() -> None:
+    """Preempted sequences queue in front of started recomputations; the started ones must still finish."""
+    perf = LinearPerf(capacity=2500)
+    setup = ClusterSetup("distserve", (PoolSetup("prefill", 2, SHAPE, LinearPerf(), HW), PoolSetup("decode", 1, SHAPE, perf, HW)),
+                         LINK, scheduler=PDScheduler("load_balancing"), max_num_seqs=8, max_num_batched_tokens=256)
+    recs, sim = run(setup, [spec(i, i * 0.01, 300 + 7 * (i % 5), 150) for i in range(120)])
+    assert all(r.status == RequestStatus.OK and r.n_out == 150 for r in recs)
+    assert sim.info["preemptions"] > 0

@@ -1,0 +1,270 @@
+"""``job=sim_study study.kind=placement_search``: DistServe's placement search (OSDI'24, Algorithm 1, high
+node affinity) for the configured model, hardware, workload and SLO; the algorithm is
+``systems.sim.placement``.
+
+Each phase is sized on one simulated instance (prefill against ``slo.ttft_ms``, decode against
+``slo.tpot_ms``, both at ``slo.attainment_target``) on the first ``study.max_requests`` requests of the
+workload (default 300) with Poisson arrivals; the best layouts are balanced into a P:D plan within the
+node budget and, by default, the plan's end-to-end max rate is found with full P/D simulations.
+
+``study.params`` (all optional):
+
+- ``gpus_per_node`` (4), ``nodes`` (1): the GPU budget; ``tp <= gpus_per_node``, ``tp * pp <= both``;
+- ``target_rate_rps`` (null): also replicate the best layouts to serve this rate;
+- ``verify`` (``bisect``): ``bisect`` | ``point`` (attainment at the plan's rate) | ``none``;
+- ``objective`` (``per_gpu``): the P:D plan maximises the rate per GPU (``per_gpu``, DistServe's goodput
+  measure) or the rate served within the budget (``rate``);
+- ``growth`` (2.0), ``rel_tol`` (0.01), ``max_bisect_steps`` (8), ``hint_scale`` (0.8), ``max_rate_rps``
+  (1e4): the rate search (``systems.sim.placement.max_rate_bisect``);
+- ``throughput_bound`` (true): cap each phase's rate at its analytic throughput bound
+  (``PlacementSimulator.throughput_bound``; a few hundred requests cannot saturate a large decode instance);
+- ``pipeline_parallel`` (false): search ``pp > 1`` too. Off by default because the simulator runs an
+  instance as one server whose iteration takes the performance model's per-stage time (``time / pp``):
+  that is a pipeline's throughput but not its latency (a request crosses all ``pp`` stages, as
+  DistServe's simulator models with one worker per stage), so TTFT and TPOT would be understated about
+  ``pp``-fold and pipelined layouts would win for the wrong reason;
+- ``even_pipeline_stages`` (true): with ``pipeline_parallel``, skip ``pp`` that does not divide the
+  model's layers (the fitted models assume equal stages).
+
+Writes ``study.csv`` (one row per phase and layout: rate, rate per GPU, attainment at that rate,
+simulations run; skipped layouts with their reason) and ``placement.json`` (the chosen configuration,
+goodput per GPU, replication plan, end-to-end check, wall time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from harness.config import ConfigError
+from harness.jobs import JobResult
+from harness.results import RunFolder
+from harness.studies.simulate import load_requests, point_workload
+from systems.sim.cluster import ClusterSetup, PoolSetup
+from systems.sim.perf.base import InstanceShape, PerfModel
+from systems.sim.perf.registry import build_perf_model
+from systems.sim.placement import (
+    OBJECTIVES,
+    Parallelism,
+    PhaseResult,
+    PlacementResult,
+    PlacementSimulator,
+    ReplicaPlan,
+    SearchSettings,
+    search_placement,
+)
+from systems.sim.setup import build_setup
+
+log = logging.getLogger(__name__)
+
+STUDY_FILE = "study.csv"
+PLACEMENT_FILE = "placement.json"
+DEFAULT_REQUESTS = 300
+DEFAULT_PARAMS: dict[str, Any] = {
+    "gpus_per_node": 4, "nodes": 1, "target_rate_rps": None, "verify": "bisect", "objective": "per_gpu",
+    "growth": 2.0, "rel_tol": 0.01, "max_bisect_steps": 8, "hint_scale": 0.8, "max_rate_rps": 1e4,
+    "throughput_bound": True, "pipeline_parallel": False, "even_pipeline_stages": True,
+}
+PP_REASON = ("pp={pp}: the simulator runs an instance as one server at the per-stage time (time / pp), "
+             "which understates a pipeline's latency ~pp-fold (study.params.pipeline_parallel=true searches it anyway)")
+# LLMServe/DistServe simdistserve/README.md: the same search for OPT-13B, 1 node x 4 A100, TTFT 200 ms,
+# TPOT 100 ms at 90%, on ShareGPT (N=300); it reports no run time.
+DISTSERVE_README = {"workload": "sharegpt", "per_gpu_rate": 1.56, "prefill_tp": 2, "prefill_pp": 1,
+                    "decode_tp": 1, "decode_pp": 1, "n_gpus": 3}
+
+
+def placement_params(study: Any) -> dict[str, Any]:
+    """``study.params`` over the defaults; ``ConfigError`` naming an unknown or invalid key."""
+    given = dict(study.params or {})
+    unknown = sorted(set(given) - set(DEFAULT_PARAMS))
+    if unknown:
+        raise ConfigError(f"study.params.{unknown[0]}: unknown key for study.kind=placement_search; "
+                          f"known: {', '.join(DEFAULT_PARAMS)}")
+    params = {**DEFAULT_PARAMS, **given}
+    for key in ("gpus_per_node", "nodes", "max_bisect_steps"):
+        value = params[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"study.params.{key}: must be an integer >= 1, got {value!r}")
+    for key in ("growth", "rel_tol", "hint_scale", "max_rate_rps"):
+        if not isinstance(params[key], int | float) or not params[key] > 0:
+            raise ConfigError(f"study.params.{key}: must be a number > 0, got {params[key]!r}")
+    if params["growth"] <= 1:
+        raise ConfigError(f"study.params.growth: must be > 1, got {params['growth']}")
+    target = params["target_rate_rps"]
+    if target is not None and (not isinstance(target, int | float) or not target > 0):
+        raise ConfigError(f"study.params.target_rate_rps: must be a number > 0 or null, got {target!r}")
+    if params["verify"] not in ("bisect", "point", "none"):
+        raise ConfigError(f"study.params.verify: expected bisect, point or none, got {params['verify']!r}")
+    for key in ("throughput_bound", "pipeline_parallel", "even_pipeline_stages"):
+        if not isinstance(params[key], bool):
+            raise ConfigError(f"study.params.{key}: must be true or false, got {params[key]!r}")
+    if params["objective"] not in OBJECTIVES:
+        raise ConfigError(f"study.params.objective: expected one of {', '.join(OBJECTIVES)}, got {params['objective']!r}")
+    return params
+
+
+def _check(cfg: Any) -> None:
+    study = cfg.study
+    if cfg.engine.name != "sim":
+        raise ConfigError(f"engine: the placement search runs engine=sim, got engine={cfg.engine.name}")
+    if cfg.system.name == "vllm_baseline":
+        raise ConfigError("system: the placement search sizes a disaggregated deployment; use system=distserve")
+    if study.variants or study.rates_rps or study.per_gpu_rates or study.speedups:
+        raise ConfigError("study: placement_search finds its own rates and takes no variants, rates_rps, "
+                          "per_gpu_rates or speedups")
+    for key in ("ttft_ms", "tpot_ms"):
+        if getattr(cfg.slo, key) is None:
+            raise ConfigError(f"slo.{key}: the placement search needs a {key[:4].upper()} bound (slo={cfg.slo.name})")
+
+
+def build_simulator(cfg: Any) -> tuple[PlacementSimulator, dict[str, Any]]:
+    """The search's simulator for ``cfg`` (requests loaded once at 1 req/s, capped to the model's context)
+    and the statistics of those requests."""
+    n = cfg.study.max_requests or DEFAULT_REQUESTS
+    requests = load_requests(cfg, point_workload(cfg, rate_rps=1.0, max_requests=n))
+    hw = cfg.hardware
+
+    def perf_for(shape: InstanceShape) -> PerfModel:
+        return build_perf_model(cfg.engine.perf_model, cfg.model, hw, shape, profiles_dir=cfg.engine.profiles_dir,
+                                gpu_memory_utilization=cfg.engine.gpu_memory_utilization)
+
+    def make_setup(pools: tuple[PoolSetup, ...]) -> ClusterSetup:
+        return dataclasses.replace(build_setup(cfg, [], {}, seed=cfg.seed), pools=pools)
+
+    sim = PlacementSimulator(requests.specs, hw, perf_for, make_setup, cfg.slo.ttft_ms / 1e3, cfg.slo.tpot_ms / 1e3)
+    inputs = np.array([s.input_length for s in requests.specs])
+    outputs = np.array([s.output_length for s in requests.specs])
+    workload = {"name": cfg.workload.name, "n_requests": len(requests.specs),
+                "context_cap_tokens": cfg.model.max_model_len if getattr(cfg.engine, "cap_to_context", True) else None,
+                "input_len_mean": float(inputs.mean()), "input_len_median": float(np.median(inputs)),
+                "input_len_max": int(inputs.max()), "output_len_mean": float(outputs.mean()),
+                "output_len_median": float(np.median(outputs)), "output_len_max": int(outputs.max()),
+                "arrivals": "poisson", "arrival_seed": requests.stats.get("arrival_seed")}
+    return sim, workload
+
+
+def plan_placement(cfg: Any) -> tuple[PlacementResult, dict[str, Any], dict[str, Any]]:
+    """Run the search for ``cfg``: (result, params, workload statistics)."""
+    _check(cfg)
+    params = placement_params(cfg.study)
+    sim, workload = build_simulator(cfg)
+    layers = cfg.model.num_layers
+
+    def unsupported(par: Parallelism) -> Optional[str]:
+        if par.pp > 1 and not params["pipeline_parallel"]:
+            return PP_REASON.format(pp=par.pp)
+        if params["even_pipeline_stages"] and layers % par.pp:
+            return f"pp={par.pp} does not divide the {layers} layers of {cfg.model.name} (even_pipeline_stages)"
+        return None
+
+    settings = SearchSettings(target=cfg.slo.attainment_target, growth=float(params["growth"]),
+                              rel_tol=float(params["rel_tol"]), max_steps=params["max_bisect_steps"],
+                              hint_scale=float(params["hint_scale"]), max_rate_rps=float(params["max_rate_rps"]),
+                              max_seqs=cfg.engine.max_num_seqs,
+                              max_batched_tokens=cfg.engine.max_num_batched_tokens,
+                              throughput_bound=params["throughput_bound"])
+    result = search_placement(sim, params["gpus_per_node"], params["nodes"], settings, unsupported,
+                              params["target_rate_rps"], params["verify"], params["objective"])
+    return result, params, workload
+
+
+def candidate_table(result: PlacementResult) -> pd.DataFrame:
+    """One row per phase and layout, searched or skipped."""
+    chosen = {("prefill", result.plan.prefill), ("decode", result.plan.decode)} if result.plan else set()
+    rows: list[dict[str, Any]] = []
+    for c in result.candidates:
+        rows.append({"phase": c.phase, "tp": c.parallelism.tp, "pp": c.parallelism.pp, "gpus": c.parallelism.n_gpus,
+                     "status": "searched" if c.n_sims else "infeasible", "max_rate_rps": c.max_rate_rps,
+                     "per_gpu_rate": c.per_gpu_rate, "attainment": c.search.attainment,
+                     "upper_rate_rps": c.search.upper_rps, "bound_rps": c.bound_rps, "sims": c.n_sims,
+                     "chosen": (c.phase, c.parallelism) in chosen, "note": c.note})
+    for phase, par, reason in result.skipped:
+        rows.append({"phase": phase, "tp": par.tp, "pp": par.pp, "gpus": par.n_gpus, "status": "skipped",
+                     "max_rate_rps": math.nan, "per_gpu_rate": math.nan, "attainment": math.nan,
+                     "upper_rate_rps": math.nan, "bound_rps": math.nan, "sims": 0, "chosen": False,
+                     "note": reason})
+    table = pd.DataFrame(rows)
+    return table.sort_values(["phase", "tp", "pp"], key=lambda s: s.map({"prefill": 0, "decode": 1})
+                             if s.name == "phase" else s, ignore_index=True)
+
+
+def _phase(c: Optional[PhaseResult]) -> Optional[dict[str, Any]]:
+    if c is None:
+        return None
+    return {"tp": c.parallelism.tp, "pp": c.parallelism.pp, "gpus": c.parallelism.n_gpus,
+            "max_rate_rps": c.max_rate_rps, "per_gpu_rate": c.per_gpu_rate, "attainment": c.search.attainment}
+
+
+def _plan(plan: Optional[ReplicaPlan]) -> Optional[dict[str, Any]]:
+    return plan.describe() if plan is not None else None
+
+
+def placement_report(cfg: Any, result: PlacementResult, params: dict[str, Any], workload: dict[str, Any]) -> dict[str, Any]:
+    """What ``placement.json`` holds."""
+    verification = None
+    v = result.verification
+    if v is not None:
+        verification = {"plan_rate_rps": v.plan_rate_rps, "attainment_at_plan_rate": v.attainment_at_plan_rate,
+                        "max_rate_rps": v.max_rate_rps,
+                        "per_gpu_rate": v.max_rate_rps / result.plan.n_gpus if result.plan else None,
+                        "sims": v.search.n_evals if v.search else 1,
+                        "evaluations": [list(e) for e in v.search.evaluations] if v.search else None}
+    return {
+        "algorithm": "DistServe Alg. 1 (high node affinity)",
+        "model": cfg.model.name, "hardware": cfg.hardware.name, "perf_model": cfg.engine.perf_model,
+        "gpus_per_node": params["gpus_per_node"], "nodes": params["nodes"], "gpu_budget": result.gpu_budget,
+        "slo": {"name": cfg.slo.name, "ttft_ms": cfg.slo.ttft_ms, "tpot_ms": cfg.slo.tpot_ms,
+                "attainment_target": cfg.slo.attainment_target},
+        "workload": workload,
+        "objective": result.objective,
+        "chosen": _plan(result.plan),
+        "alg1_plan": _plan(result.alg1_plan),
+        "per_gpu_goodput_rps": result.plan.per_gpu_rate if result.plan else None,
+        "ideal_per_gpu_goodput_rps": result.ideal_per_gpu_rate,
+        "best_prefill": _phase(result.best_prefill), "best_decode": _phase(result.best_decode),
+        "verification": verification,
+        "replication": dataclasses.asdict(result.replication) if result.replication else None,
+        "params": params,
+        "n_simulations": result.n_sims, "search_wall_s": result.wall_s, "phase_wall_s": result.phase_wall_s,
+        "reference_distserve_readme": DISTSERVE_README,
+    }
+
+
+def summary_metrics(cfg: Any, report: dict[str, Any]) -> dict[str, Any]:
+    """The flat metrics the job returns."""
+    chosen = report["chosen"] or {}
+    ver = report["verification"] or {}
+    rep = report["replication"] or {}
+    return {"study": cfg.study.kind, "figure": cfg.study.figure,
+            **{k: chosen.get(k) for k in ("prefill_tp", "prefill_pp", "n_prefill", "decode_tp", "decode_pp",
+                                          "n_decode", "n_gpus", "rate_rps")},
+            "per_gpu_goodput_rps": report["per_gpu_goodput_rps"],
+            "ideal_per_gpu_goodput_rps": report["ideal_per_gpu_goodput_rps"],
+            "verified_max_rate_rps": ver.get("max_rate_rps"), "verified_per_gpu_goodput_rps": ver.get("per_gpu_rate"),
+            "attainment_at_plan_rate": ver.get("attainment_at_plan_rate"),
+            "replication_n_prefill": rep.get("n_prefill"), "replication_n_decode": rep.get("n_decode"),
+            "replication_n_gpus": rep.get("n_gpus"),
+            "n_simulations": report["n_simulations"], "search_wall_s": report["search_wall_s"],
+            "total_wall_s": report["total_wall_s"]}
+
+
+def run_placement_search(cfg: Any, folder: RunFolder) -> JobResult:
+    start = time.perf_counter()
+    result, params, workload = plan_placement(cfg)
+    table = candidate_table(result)
+    report = placement_report(cfg, result, params, workload)
+    report["total_wall_s"] = time.perf_counter() - start  # workload loading included
+    folder.write_table(STUDY_FILE, table)
+    folder.write_json(PLACEMENT_FILE, report)
+    metrics = summary_metrics(cfg, report)
+    log.info("placement: %s; %.3f req/s per GPU (end to end %s) in %.2f s, %d simulations", report["chosen"],
+             report["per_gpu_goodput_rps"] or 0.0, metrics["verified_per_gpu_goodput_rps"], report["total_wall_s"],
+             report["n_simulations"])
+    return JobResult(metrics=metrics, workload=workload, files={"study": STUDY_FILE, "placement": PLACEMENT_FILE},
+                     tables={"study": table})
