@@ -255,6 +255,7 @@ def summary_metrics(cfg: Any, report: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_placement_search(cfg: Any, folder: RunFolder) -> JobResult:
+    """The whole job: search, then ``study.csv`` and ``placement.json`` in ``folder``."""
     start = time.perf_counter()
     result, params, workload = plan_placement(cfg)
     table = candidate_table(result)
@@ -263,8 +264,9 @@ def run_placement_search(cfg: Any, folder: RunFolder) -> JobResult:
     folder.write_table(STUDY_FILE, table)
     folder.write_json(PLACEMENT_FILE, report)
     metrics = summary_metrics(cfg, report)
-    log.info("placement: %s; %.3f req/s per GPU (end to end %s) in %.2f s, %d simulations", report["chosen"],
-             report["per_gpu_goodput_rps"] or 0.0, metrics["verified_per_gpu_goodput_rps"], report["total_wall_s"],
-             report["n_simulations"])
+    verified = metrics["verified_per_gpu_goodput_rps"]
+    log.info("placement: %s; %.3f req/s per GPU (end to end: %s) in %.2f s, %d simulations", report["chosen"],
+             report["per_gpu_goodput_rps"] or 0.0, "n/a" if verified is None else f"{verified:.3f}",
+             report["total_wall_s"], report["n_simulations"])
     return JobResult(metrics=metrics, workload=workload, files={"study": STUDY_FILE, "placement": PLACEMENT_FILE},
                      tables={"study": table})

@@ -9,8 +9,8 @@ and the best candidate per design is reported with its cost, power and throughpu
 instance of ``gpus_per_machine`` GPUs (a DGX: Llama-2-70B at TP 8, ``engine.perf_model=splitwise``): each
 pool's ``tp x pp`` must equal it. A design's ``system.mixed_instances`` (a static mixed pool) is kept fixed
 and paid for; the prompt:token split (or the colocated count) is what the study enumerates. Every candidate
-is the design's overrides plus ``system.<role>_instances=<n>`` (the ``overrides`` column), so it can be
-rerun on its own with ``job=serve``.
+is the job's own overrides plus ``workload=<trace>``, the design's overrides and ``system.<role>_instances=<n>``
+(the ``overrides`` column holds all but the job's own), so it can be rerun on its own with ``job=serve``.
 
 **Cost and power** per machine are ``gpus_per_machine x`` the hardware YAML's ``price_per_hour_usd`` and
 ``power_w``: $17.6/hr and 3.2 kW per DGX-A100, $38/hr and 5.6 kW per DGX-H100, $38/hr and 3.92 kW per
@@ -47,9 +47,12 @@ then halves the bracket ``bisect_steps`` times; ``max_rate_rps`` is the highest 
 it overstates the sustainable rate; every design is measured the same way.
 
 Writes ``study.csv`` (one row per trace x budget x design x candidate, ``chosen`` marks the best per
-trace x budget x design: highest rate, then lower budget use, then fewer machines; ratios against
-``reference_design``), ``probes.csv`` (every simulation of the bisections) and ``requests.parquet`` (the
-records of each chosen candidate at its highest passing rate).
+trace x budget x design: highest rate, then lower budget use, then fewer machines; ``<x>_vs_<reference_design>``
+ratios; ``at_max_*`` the SLO percentiles and latencies at ``max_rate_rps``; a candidate both budgets buy is
+bisected once, ``reused`` on its second row), ``probes.csv`` (every simulation of the bisections) and
+``requests.parquet`` (the records of each chosen candidate at its highest passing rate). Throughput is the
+offered Poisson rate (req/s) the SLO holds at; ``throughput_per_usd_hr`` is req/s per $/hr of machines and
+``throughput_per_kw`` req/s per kW of machine power.
 
 ``study.params`` (defaults in ``DEFAULT_PARAMS``): ``traces`` (workload group names), ``budgets``
 (``cost``/``power``), ``budget_a100_machines``, ``budget_hardware``, ``gpus_per_machine``,

@@ -1,0 +1,285 @@
+"""Splitwise provisioning study: machine cost/power from the hardware YAMLs, budget enumeration,
+the rate bisection, slowdowns against the uncontended run, the choice of the best candidate, and a
+tiny end-to-end run."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.config import ConfigError
+from harness.metrics import request_frame
+from harness.results import RunFolder
+from harness.studies.simulate import SimCluster, load_requests, point_workload, simulate
+from harness.studies.splitwise_provisioning import (
+    FAILED_SLOWDOWN,
+    Candidate,
+    Design,
+    MachineType,
+    ProvisioningParams,
+    at_rate,
+    bisect_max_rate,
+    candidate_config,
+    choose,
+    design_from_config,
+    enumerate_candidates,
+    machine_type,
+    meets_slowdowns,
+    reference_model,
+    run_splitwise_provisioning,
+    slowdown_percentiles,
+    unit_rate_requests,
+)
+from harness.studies.variants import compose_variant
+from systems.sim.hardware_catalog import load_hardware
+
+PRESET = "experiment=splitwise_provisioning"
+HW = ("a100_80gb", "h100_80gb", "h100_80gb_pcap")
+
+
+@pytest.fixture(scope="module")
+def machines():
+    return {hw: machine_type(hw) for hw in HW}
+
+
+def splitwise(prompt: str, token: str, mixed: int = 0) -> Design:
+    hardware = {"prefill": prompt, "decode": token, **({"mixed": prompt} if mixed else {})}
+    return Design("d", (), "splitwise", hardware, {"mixed": mixed} if mixed else {})
+
+
+def baseline(hw: str) -> Design:
+    return Design("b", (), "vllm_baseline", {"colocated": hw}, {})
+
+
+# --- cost and power --------------------------------------------------------------------------------
+
+
+def test_machine_cost_and_power_are_8_gpus_of_the_yaml():
+    for hw in HW:
+        m, y = machine_type(hw), load_hardware(hw)
+        assert m.cost_usd_hr == pytest.approx(8 * y.price_per_hour_usd)
+        assert m.power_kw == pytest.approx(8 * y.power_w / 1e3)
+
+
+def test_machine_figures_match_splitwise_table_1(machines):
+    # Table I: $17.6/hr and $38/hr per DGX; 400 W and 700 W per GPU; HHcap token machines at 70% power.
+    assert machines["a100_80gb"].cost_usd_hr == pytest.approx(17.6)
+    assert machines["h100_80gb"].cost_usd_hr == pytest.approx(38.0)
+    assert machines["a100_80gb"].power_kw == pytest.approx(3.2)
+    assert machines["h100_80gb"].power_kw == pytest.approx(5.6)
+    assert machines["h100_80gb_pcap"].power_kw == pytest.approx(0.7 * 5.6)
+    assert machines["h100_80gb_pcap"].cost_usd_hr == machines["h100_80gb"].cost_usd_hr
+    # the paper's iso-power pair: 70 DGX-A100 draw what 40 DGX-H100 draw
+    assert 70 * machines["a100_80gb"].power_kw == pytest.approx(40 * machines["h100_80gb"].power_kw)
+
+
+def test_machine_power_override_in_watts():
+    assert machine_type("a100_80gb", power_w={"a100_80gb": 6500}).power_kw == pytest.approx(6.5)
+
+
+# --- enumeration -----------------------------------------------------------------------------------
+
+
+def splits(cands):
+    return [(c.counts["prefill"], c.counts["decode"]) for c in cands]
+
+
+@pytest.mark.parametrize("design", [splitwise("a100_80gb", "a100_80gb"), splitwise("h100_80gb", "h100_80gb"),
+                                    splitwise("h100_80gb", "a100_80gb"), splitwise("h100_80gb", "h100_80gb_pcap"),
+                                    splitwise("a100_80gb", "h100_80gb"), splitwise("h100_80gb", "a100_80gb", mixed=1),
+                                    baseline("a100_80gb"),
+                                    baseline("h100_80gb")])
+@pytest.mark.parametrize("kind", ["cost", "power"])
+@pytest.mark.parametrize("n_a100", [3, 7, 11])
+def test_enumeration_fits_the_budget_and_is_maximal(machines, design, kind, n_a100):
+    budget = n_a100 * machines["a100_80gb"].resource(kind)
+    cands = enumerate_candidates(design, machines, kind, budget, max_splits=100)
+    unit = {role: machines[hw].resource(kind) for role, hw in design.hardware.items()}
+    for c in cands:
+        total = c.total(design, machines, kind)
+        assert total <= budget * (1 + 1e-9)
+        assert all(n >= 1 for n in c.counts.values())
+        assert c.counts.get("mixed", 0) == design.fixed.get("mixed", 0)
+        for role in design.free_roles:  # one more machine of any enumerated pool would not fit
+            assert total + unit[role] > budget * (1 + 1e-9)
+    assert len({tuple(sorted(c.counts.items())) for c in cands}) == len(cands)
+
+
+def test_enumeration_examples(machines):
+    power = 7 * machines["a100_80gb"].power_kw  # 22.4 kW
+    cost = 7 * machines["a100_80gb"].cost_usd_hr  # $123.2/hr
+    assert splits(enumerate_candidates(splitwise("h100_80gb", "a100_80gb"), machines, "power", power)) == [
+        (1, 5), (2, 3), (3, 1)]
+    assert splits(enumerate_candidates(splitwise("h100_80gb", "h100_80gb"), machines, "cost", cost)) == [(1, 2), (2, 1)]
+    assert splits(enumerate_candidates(splitwise("a100_80gb", "a100_80gb"), machines, "cost", cost)) == [
+        (p, 7 - p) for p in range(1, 7)]
+    # 7 x 3.2 kW == 4 x 5.6 kW exactly: float rounding must not lose the fourth machine
+    assert [c.counts for c in enumerate_candidates(baseline("h100_80gb"), machines, "power", power)] == [
+        {"colocated": 4}]
+    assert enumerate_candidates(splitwise("h100_80gb", "h100_80gb"), machines, "cost", 17.6 * 4) == []
+    # prompt machines cheaper than token machines: (p, max t) can leave room for another prompt machine
+    assert splits(enumerate_candidates(splitwise("a100_80gb", "h100_80gb"), machines, "cost", cost)) == [(2, 2), (4, 1)]
+    # budgets that are whole multiples of a machine must buy that many despite float rounding (0.3 / 0.1 < 3)
+    tenth = {"x": MachineType("x", 8, 0.1, 0.1)}
+    assert enumerate_candidates(baseline("x"), tenth, "cost", 0.3)[0].counts == {"colocated": 3}
+    thinned = enumerate_candidates(splitwise("a100_80gb", "a100_80gb"), machines, "cost", cost, max_splits=3)
+    assert splits(thinned) == [(1, 6), (3, 4), (6, 1)]
+
+
+def test_candidate_config_equals_composing_the_overrides():
+    overrides = [PRESET, "workload=azure_code", "system=splitwise", "engine.prefill.hardware=h100_80gb"]
+    cfg = compose_variant(overrides)
+    cand = Candidate({"prefill": 3, "decode": 2})
+    assert candidate_config(cfg, cand) == compose_variant([*overrides, *cand.overrides()])
+    assert cand.split() == "3P/2T" and Candidate({"colocated": 7}).split() == "7P/T"
+
+
+# --- bisection -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("threshold", [0.03, 0.7, 3.7, 41.0])
+@pytest.mark.parametrize("guess", [0.5, 4.0, 100.0])
+def test_bisection_finds_the_threshold_of_a_monotone_predicate(threshold, guess):
+    calls = []
+
+    def evaluate(rate):
+        calls.append(rate)
+        return rate <= threshold, rate
+
+    result = bisect_max_rate(evaluate, guess, steps=10, max_expand=12)
+    assert result.rate <= threshold < result.upper
+    bracket = max(threshold, guess) * 2 - min(threshold, guess) / 2
+    assert result.upper - result.rate <= bracket / 2**10 + 1e-12
+    assert result.best == result.rate
+    assert len(result.probes) == len(calls) <= 1 + 12 + 10
+
+
+def test_bisection_without_a_bracket():
+    none = bisect_max_rate(lambda r: (False, None), 1.0, steps=3, max_expand=4)
+    assert none.rate == 0.0 and none.best is None and none.upper == pytest.approx(1.0 / 16)
+    every = bisect_max_rate(lambda r: (True, None), 1.0, steps=3, max_expand=4)
+    assert every.rate == 16.0 and math.isinf(every.upper) and len(every.probes) == 5
+
+
+# --- requests at a rate, slowdowns -----------------------------------------------------------------
+
+
+def test_scaled_schedule_equals_the_composed_poisson_schedule():
+    cfg = compose_variant([PRESET, "workload=azure_conv"])
+    base = unit_rate_requests(cfg, 50)
+    for rate in (0.37, 12.5):
+        direct = load_requests(cfg, point_workload(cfg, rate_rps=rate, max_requests=50))
+        scaled = at_rate(base, rate)
+        assert [dataclasses.replace(s, arrival_s=0.0) for s in scaled.specs] == \
+            [dataclasses.replace(s, arrival_s=0.0) for s in direct.specs]
+        np.testing.assert_allclose([s.arrival_s for s in scaled.specs], [s.arrival_s for s in direct.specs],
+                                   rtol=1e-12, atol=1e-12)
+        assert scaled.schedule.offered_rate_rps == pytest.approx(direct.schedule.offered_rate_rps)
+
+
+def test_slowdowns_against_the_uncontended_reference():
+    cfg = compose_variant([PRESET])
+    params = ProvisioningParams.from_mapping({})
+    ref = reference_model(cfg, params)
+    inp, out = np.array([100, 1500, 3000, 700]), np.array([20, 13, 200, 1])
+    lat = ref.latencies_ms(inp, out)
+    assert lat["ttft"][1] > lat["ttft"][0] and lat["e2e"][3] == lat["ttft"][3]
+    frame = pd.DataFrame({"status": ["ok"] * 4, "input_length": inp, "output_length": out,
+                          "ttft_ms": lat["ttft"], "tpot_ms": np.where(out > 1, lat["tbt"], np.nan), "e2e_ms": lat["e2e"]})
+    alone = slowdown_percentiles(frame, ref, params.quantiles)
+    assert all(v == pytest.approx(1.0) for v in alone.values()) and len(alone) == 9
+    assert meets_slowdowns(alone, params)
+    slow = frame.assign(tpot_ms=frame["tpot_ms"] * 1.3)  # every TBT 1.3x: p50 bound 1.25 broken
+    assert not meets_slowdowns(slowdown_percentiles(slow, ref, params.quantiles), params)
+    failed = frame.assign(status=["ok", "ok", "ok", "failed"])
+    values = slowdown_percentiles(failed, ref, params.quantiles)
+    assert values["p99_ttft_slowdown"] > 1e6 and values["p50_ttft_slowdown"] == pytest.approx(1.0)
+    assert max(max(b) for b in params.slowdown_bounds.values()) < FAILED_SLOWDOWN
+
+
+def test_uncontended_run_on_the_reference_machine_has_slowdown_one():
+    cfg = compose_variant([PRESET, "workload=azure_conv", "system=vllm_baseline", "system.colocated_instances=1",
+                           "engine.sample_interval_s=1e9"])
+    params = ProvisioningParams.from_mapping({})
+    requests = at_rate(unit_rate_requests(cfg, 30), 1e-5)  # ~10^5 s apart: every request runs alone
+    point = simulate(SimCluster(cfg), requests)
+    values = slowdown_percentiles(request_frame(point.records), reference_model(cfg, params), params.quantiles)
+    for key, value in values.items():
+        assert value == pytest.approx(1.0, abs=1e-3), key
+
+
+def test_params_are_checked():
+    with pytest.raises(ConfigError, match="no_such"):
+        ProvisioningParams.from_mapping({"no_such": 1})
+    with pytest.raises(ConfigError, match="budgets"):
+        ProvisioningParams.from_mapping({"budgets": ["space"]})
+    with pytest.raises(ConfigError, match="slowdown_bounds.tbt"):
+        ProvisioningParams.from_mapping({"slowdown_bounds": {"ttft": [2, 3, 6], "tbt": [1], "e2e": [1, 2, 3]}})
+
+
+def test_design_needs_one_instance_per_machine():
+    cfg = compose_variant([PRESET, "system=splitwise", "engine.decode.tp=4"])
+    with pytest.raises(ConfigError, match="engine.decode"):
+        design_from_config("x", [], cfg, 8)
+    ok = design_from_config("x", [], compose_variant([PRESET, "system=vllm_baseline"]), 8)
+    assert ok.hardware == {"colocated": "a100_80gb"} and ok.free_roles == ("colocated",)
+
+
+# --- choosing and the end-to-end run ---------------------------------------------------------------
+
+
+def test_choose_best_per_design_and_ratios():
+    rows = [
+        {"trace": "t", "budget": "cost", "design": "baseline_a100", "feasible": True, "max_rate_rps": 2.0,
+         "budget_used_fraction": 1.0, "n_machines": 7, "throughput_per_usd_hr": 2.0 / 100, "throughput_per_kw": 2.0 / 20},
+        {"trace": "t", "budget": "cost", "design": "aa", "feasible": True, "max_rate_rps": 3.0,
+         "budget_used_fraction": 1.0, "n_machines": 7, "throughput_per_usd_hr": 3.0 / 100, "throughput_per_kw": 3.0 / 20},
+        {"trace": "t", "budget": "cost", "design": "aa", "feasible": True, "max_rate_rps": 3.0,
+         "budget_used_fraction": 0.9, "n_machines": 6, "throughput_per_usd_hr": 3.0 / 90, "throughput_per_kw": 3.0 / 18},
+        {"trace": "t", "budget": "cost", "design": "aa", "feasible": True, "max_rate_rps": 1.0,
+         "budget_used_fraction": 0.5, "n_machines": 3, "throughput_per_usd_hr": 1.0 / 50, "throughput_per_kw": 1.0 / 10},
+        {"trace": "t", "budget": "cost", "design": "hh", "feasible": False, "max_rate_rps": 0.0,
+         "budget_used_fraction": np.nan, "n_machines": 0, "throughput_per_usd_hr": np.nan, "throughput_per_kw": np.nan},
+    ]
+    table = choose(pd.DataFrame(rows), "baseline_a100")
+    assert table["chosen"].tolist() == [True, False, True, False, False]
+    assert table.loc[2, "throughput_vs_baseline_a100"] == pytest.approx(1.5)
+    assert table.loc[2, "per_usd_hr_vs_baseline_a100"] == pytest.approx((3.0 / 90) / (2.0 / 100))
+
+
+def test_tiny_end_to_end_run(tmp_path):
+    cfg = compose_variant([PRESET, "study.max_requests=40"])
+    variants = {"splitwise_ha": [PRESET, "system=splitwise", "engine.prefill.hardware=h100_80gb",
+                                 "engine.decode.hardware=a100_80gb"]}
+    params = {"traces": ["azure_code"], "budgets": ["power", "cost"], "budget_a100_machines": 3,
+              "bisect_steps": 2, "max_expand": 4}
+    cfg = dataclasses.replace(cfg, study=dataclasses.replace(cfg.study, variants=variants, params=params))
+    result = run_splitwise_provisioning(cfg, RunFolder(tmp_path))
+    table = pd.read_csv(tmp_path / "study.csv")
+    expected = {"trace", "budget", "budget_value", "design", "system", "prompt_hardware", "token_hardware",
+                "feasible", "split", "n_prompt", "n_token", "n_machines", "n_gpus", "cost_usd_hr", "power_kw",
+                "budget_used_fraction", "max_rate_rps", "rate_upper_rps", "throughput_per_usd_hr",
+                "throughput_per_kw", "n_probes", "chosen", "overrides", "at_max_p99_ttft_slowdown",
+                "throughput_vs_baseline_a100"}
+    assert expected <= set(table.columns)
+    # 3 A100 machines: 9.6 kW buys 1 H100 + 1 A100 (8.8 kW); $52.8/hr buys no H100 + A100 pair ($55.6)
+    power = table[table["budget"] == "power"]
+    assert power["split"].tolist() == ["1P/1T"] and power["chosen"].all()
+    assert power["cost_usd_hr"].iloc[0] == pytest.approx(38 + 17.6)
+    assert power["power_kw"].iloc[0] == pytest.approx(8.8)
+    assert power["max_rate_rps"].iloc[0] > 0
+    assert power["throughput_per_kw"].iloc[0] == pytest.approx(power["max_rate_rps"].iloc[0] / 8.8)
+    assert power["throughput_vs_baseline_a100"].isna().all()  # no baseline design in this run
+    cost = table[table["budget"] == "cost"]
+    assert cost["feasible"].tolist() == [False] and not cost["chosen"].any()
+    probes = pd.read_csv(tmp_path / "probes.csv")
+    assert len(probes) == power["n_probes"].iloc[0] == result.metrics["n_simulations"]
+    assert (probes[probes["passes"]]["rate_rps"] <= power["max_rate_rps"].iloc[0] + 1e-12).all()
+    requests = pd.read_parquet(tmp_path / "requests.parquet")
+    assert len(requests) == 40 and set(requests["design"]) == {"splitwise_ha"}
+    assert set(result.metrics["chosen"]) == {"azure_code/power/splitwise_ha"}
+    assert result.files["study"] == "study.csv"
