@@ -9,9 +9,11 @@ Cases:
   (a) the Mooncake conversation trace (12,031 requests, mean input 12k tokens) through a 16-instance
       Mooncake deployment (8 prefill + 8 decode nodes of 8 x A800, Conductor, DRAM pool):
       target <= 20 s wall and < 2 GiB peak RSS;
-  (b) linear cost in requests: the same trace 1x, 4x and 16x -- k copies with disjoint prefixes
-      (a tenant per copy), arrivals compressed k times, on a cluster k times larger so the load per
-      instance stays the same; prints seconds per 1,000 requests;
+  (b) cost against requests, the trace 1x, 4x and 16x as k copies with disjoint prefixes (a tenant per
+      copy), two ways: (b1) on the same 16 instances, copies one after another (k hours at the same
+      load): cost per request should stay flat; (b2) time-compressed k times on a cluster k times larger
+      (same load per instance): the Conductor looks at every prefill instance per request, so the cost
+      per request also grows with the cluster; prints seconds per 1,000 requests;
   (c) the Azure conversation hour (19,366 requests) on a 4-machine DGX-H100 vLLM-style baseline
       (Llama-2-70B, TP 8, splitwise-sim's profile): target <= 4 s (splitwise-sim: 40 s here);
   (d) determinism: the same case twice gives byte-identical ``requests.parquet``.
@@ -43,20 +45,21 @@ AZURE_H100 = ["system=vllm_baseline", "system.colocated_instances=4", "system.ro
               "workload=azure_conv", "slo=none", "engine.progress=false"]
 
 
-def _replicate(requests: Any, copies: int) -> Any:
-    """``copies`` copies of the workload with disjoint prefixes, arrivals compressed ``copies`` times."""
-    from harness.records import RequestSpec  # noqa: F401  (documented type of the specs)
-
+def _replicate(requests: Any, copies: int, compress: bool) -> Any:
+    """``copies`` copies of the workload with disjoint prefixes: arrivals compressed ``copies`` times, or
+    each copy after the previous one."""
+    span = max(s.arrival_s for s in requests.specs) + 1.0
     specs = []
     for k in range(copies):
         for spec in requests.specs:
-            specs.append(dataclasses.replace(spec, arrival_s=spec.arrival_s / copies, tenant=f"copy{k}" if k else ""))
+            t = spec.arrival_s / copies if compress else spec.arrival_s + k * span
+            specs.append(dataclasses.replace(spec, arrival_s=t, tenant=f"copy{k}" if k else ""))
     specs.sort(key=lambda s: (s.arrival_s, s.tenant))
     specs = [dataclasses.replace(s, request_id=i) for i, s in enumerate(specs)]
     return dataclasses.replace(requests, specs=tuple(specs))
 
 
-def run_case(overrides: list[str], copies: int, parquet: str | None) -> dict[str, Any]:
+def run_case(overrides: list[str], copies: int, parquet: str | None, compress: bool = True) -> dict[str, Any]:
     """One case in this process: returns timings and peak RSS."""
     from harness.results import RunFolder, records_frame
     from harness.studies.simulate import SimCluster, load_requests, point_workload
@@ -65,11 +68,11 @@ def run_case(overrides: list[str], copies: int, parquet: str | None) -> dict[str
 
     extra = [f"system.prefill_instances={8 * copies}", f"system.decode_instances={8 * copies}"] \
         if "system=mooncake" in overrides else [f"system.colocated_instances={4 * copies}"]
-    cfg = compose_variant([*overrides, *(extra if copies > 1 else [])])
+    cfg = compose_variant([*overrides, *(extra if copies > 1 and compress else [])])
     t0 = time.perf_counter()
     requests = load_requests(cfg, point_workload(cfg))
     if copies > 1:
-        requests = _replicate(requests, copies)
+        requests = _replicate(requests, copies, compress)
     t1 = time.perf_counter()
     cluster = SimCluster(cfg)
     run = Cluster(cluster.setup()).run(requests.specs)
@@ -88,8 +91,10 @@ def run_case(overrides: list[str], copies: int, parquet: str | None) -> dict[str
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "parquet_sha256": digest}
 
 
-def _subprocess(overrides: list[str], copies: int = 1, parquet: str | None = None) -> dict[str, Any]:
+def _subprocess(overrides: list[str], copies: int = 1, parquet: str | None = None, compress: bool = True) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "harness.bench.sim_bench", "--case", json.dumps(overrides), "--copies", str(copies)]
+    if not compress:
+        cmd.append("--sequential")
     if parquet:
         cmd += ["--parquet", parquet]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -109,9 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--copies", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--parquet", help=argparse.SUPPRESS)
+    parser.add_argument("--sequential", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.case:
-        print(json.dumps(run_case(json.loads(args.case), args.copies, args.parquet)))
+        print(json.dumps(run_case(json.loads(args.case), args.copies, args.parquet, not args.sequential)))
         return 0
     print("(a) Mooncake conversation trace, 16 instances (8P+8D x 8 A800), fresh process each run")
     runs = [_subprocess(MOONCAKE_16) for _ in range(args.repeats)]
@@ -122,13 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"    median total {med:.2f} s (target <= 20 s), peak RSS {rss:.0f} MiB (target < 2048 MiB), "
           f"{runs[0]['ok']}/{runs[0]['requests']} ok")
     if not args.skip_scaling:
-        print("(b) cost against requests: k copies of the trace, k x the cluster, arrivals k x faster")
-        base = None
-        for k in (1, 4, 16):
-            r = _subprocess(MOONCAKE_16, copies=k)
-            per_k = r["total_s"] / r["requests"] * 1000
-            base = base or per_k
-            print("   ", _line(f"{k:>2}x trace, {16 * k} instances", r), f" {per_k:.3f} s per 1k req ({per_k / base:.2f}x)")
+        for compress, title in ((False, "(b1) k copies one after another on the same 16 instances"),
+                                (True, "(b2) k copies time-compressed k x on k x 16 instances")):
+            print(title)
+            base = None
+            for k in (1, 4, 16):
+                r = _subprocess(MOONCAKE_16, copies=k, compress=compress)
+                per_k = r["total_s"] / r["requests"] * 1000
+                base = base or per_k
+                label = f"{k:>2}x trace, {16 * k if compress else 16} instances"
+                print("   ", _line(label, r), f" {per_k:.3f} s per 1k req ({per_k / base:.2f}x)")
     print("(c) Azure conversation hour on 4 x DGX-H100 (vLLM-style, Llama-2-70B TP8, splitwise profile)")
     runs = [_subprocess(AZURE_H100) for _ in range(args.repeats)]
     for r in runs:

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from harness.records import RequestSpec, RequestStatus
 from harness.config import HardwareConfig
+from harness.records import RequestSpec, RequestStatus
 from systems.policies.base import InstanceLoad, RouteRequest, RoutingPolicy
 from systems.policies.pd import DecodeView, PDScheduler, PrefillView, PrefixSource, decode_overloaded
 from systems.sim.block_cache import LRUBlockCache
@@ -147,6 +147,7 @@ class Cluster(InstanceHooks):
         if not self.disaggregated and not self.decode_only and not self.prefill_only and setup.router is None:
             raise ValueError("a colocated deployment needs a routing policy")
         self._current: Optional[SimRequest] = None
+        self._memo: dict[tuple[int, int, int], float] = {}
         self._block_size = 0
         self.requests: list[SimRequest] = []
         self.samples: list[dict[str, Any]] = []
@@ -265,7 +266,7 @@ class Cluster(InstanceHooks):
             inst = min(self.by_role["prefill"], key=lambda i: (i.queued_work_s, i.outstanding, i.index))
             self._enqueue_prefill(inst, req, now, 0)
             return
-        inst = min(self.by_role["decode"], key=lambda i: (i.kv_used + sum(r.prompt for r in i.pending), i.index))
+        inst = min(self.by_role["decode"], key=lambda i: (i.kv_used + i.pending_ctx, i.index))
         req.prefill_instance = ""
         req.first_token_s = req.prefill_start_s = req.prefill_end_s = now
         req.token_times.append(now)
@@ -329,7 +330,12 @@ class Cluster(InstanceHooks):
     def prefill_time_s(self, index: int, prompt_tokens: int, cached_tokens: int) -> float:
         perf = self._prefill_pool()[index].perf
         cached = min(cached_tokens, prompt_tokens - 1)
-        return float(perf.prefill_time_s(prompt_tokens - cached, float(prompt_tokens) ** 2 - float(cached) ** 2, 1))
+        key = (id(perf), prompt_tokens, cached)  # instances of a pool share one model: one call per decision
+        value = self._memo.get(key)
+        if value is None:
+            value = float(perf.prefill_time_s(prompt_tokens - cached, float(prompt_tokens) ** 2 - float(cached) ** 2, 1))
+            self._memo[key] = value
+        return value
 
     def load_time_s(self, index: int, local_tokens: int, fetched_tokens: int) -> float:
         inst = self._prefill_pool()[index]
@@ -352,7 +358,7 @@ class Cluster(InstanceHooks):
             incoming_ctx = incoming * (sum(queued) / len(queued)) if queued else 0.0
         for d in decodes:
             step = d.step_estimate_s(1, prompt_tokens + 1)
-            free = d.capacity - d.kv_used - sum(r.prompt + 1 for r in d.pending) - prompt_tokens - 1
+            free = d.capacity - d.kv_used - d.pending_ctx - prompt_tokens - 1
             predicted, predicted_free = step, free
             if after_s > 0 and step > 0:
                 # requests finishing before the prefill ends leave; requests now in prefill arrive
@@ -367,6 +373,7 @@ class Cluster(InstanceHooks):
         scheduler = self.setup.scheduler
         assert scheduler is not None
         self._current = req
+        self._memo.clear()
         decision = scheduler.choose(req.prompt, self)
         self._current = None
         if decision.reject:

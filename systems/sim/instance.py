@@ -69,6 +69,7 @@ class SimInstance:
         self.waiting: deque[SimRequest] = deque()  # prefill work not started (new prompts, preempted sequences)
         self.prefilling: list[SimRequest] = []  # prefills started (KV reserved), in start order
         self.pending: deque[SimRequest] = deque()  # KV arrived from a prefill instance, waiting to decode
+        self.pending_ctx = 0  # context tokens of the pending requests
         self.running: dict[int, SimRequest] = {}
         self._finish_heap: list[tuple[int, int, SimRequest]] = []
         self.S = 0  # context tokens of the running sequences
@@ -102,8 +103,7 @@ class SimInstance:
     def step_estimate_s(self, extra_seqs: int = 0, extra_ctx: int = 0) -> float:
         """Estimated decode step with ``extra_seqs`` more sequences of ``extra_ctx`` context in all."""
         b = len(self.running) + len(self.pending) + extra_seqs
-        s = self.S + sum(r.prompt + 1 for r in self.pending) + extra_ctx if self.pending else self.S + extra_ctx
-        return float(self.perf.decode_step_time_s(b, s)) if b else 0.0
+        return float(self.perf.decode_step_time_s(b, self.S + self.pending_ctx + extra_ctx)) if b > 0 else 0.0
 
     def finishing_within(self, steps: float) -> tuple[int, int]:
         """(sequences, their context tokens) of running sequences that finish within ``steps`` iterations."""
@@ -130,6 +130,7 @@ class SimInstance:
     def enqueue_decode(self, req: SimRequest, now: float) -> None:
         """A request whose KV has arrived joins the decode queue."""
         self.pending.append(req)
+        self.pending_ctx += req.prompt + req.generated
         self._wake(now)
 
     def release(self, tokens: int) -> None:
@@ -157,12 +158,14 @@ class SimInstance:
             need = req.prompt + req.generated
             if need > self.capacity:
                 pending.popleft()
+                self.pending_ctx -= need
                 self.hooks.on_failed(self, req, now, f"context of {need} tokens exceeds the KV capacity of "
                                      f"{self.name} ({self.capacity} tokens)")
                 continue
             if self.S + self.reserved + need > self.capacity:
                 break
             pending.popleft()
+            self.pending_ctx -= need
             req.decode_start_s = now
             self._join_running(req)
 

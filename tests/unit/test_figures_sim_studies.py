@@ -1,0 +1,373 @@
+"""Figures of sim_study jobs, on small hand-made study tables (no simulation): every figure writes its
+PNG and the CSV it plotted, and the derived quantities (capacity, Pareto front, load series) are right."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from figures.render import FIGURES_BY_KIND
+from figures.sim_studies import (
+    PLOTS_BY_FIGURE,
+    plot_capacity,
+    plot_pareto,
+    plot_placement,
+    plot_rejection,
+    plot_scheduling,
+    plot_sim_study,
+    plot_slo_attainment,
+    plot_slo_goodput,
+    plot_splitwise,
+)
+from figures.study_tables import (
+    capacity_at,
+    capacity_ratios,
+    capacity_table,
+    load_series,
+    pareto_mask,
+    pareto_table,
+    rejection_table,
+    slo_goodput_table,
+)
+
+# ---------------------------------------------------------------------------------------------- fixtures
+
+
+def make_job(root: Path, figure: str, study: pd.DataFrame, extra: dict[str, Any] | None = None,
+             load: pd.DataFrame | None = None, placement: dict[str, Any] | None = None) -> Path:
+    job = root / figure / "2026-01-01_00-00-00"
+    job.mkdir(parents=True)
+    config = {"experiment_name": figure, "workload": {"name": "shared_prefix"},
+              "slo": {"ttft_ms": 250.0, "tpot_ms": 100.0}, "study": {"kind": "sim_sweep", "figure": figure}}
+    config.update(extra or {})
+    (job / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    study.to_csv(job / "study.csv", index=False)
+    if load is not None:
+        load.to_csv(job / "load.csv", index=False)
+    if placement is not None:
+        (job / "placement.json").write_text(json.dumps(placement), encoding="utf-8")
+    return job
+
+
+def slo_study() -> pd.DataFrame:
+    rows = []
+    curves = {"vLLM": [1.0, 0.95, 0.85, 0.5], "DistServe": [1.0, 1.0, 0.98, 0.92], "Mooncake": [0.8, 0.7, 0.6, 0.5]}
+    for workload in ("shared_prefix", "azure_conv"):
+        for system, att in curves.items():
+            for i, (rate, a) in enumerate(zip([1.0, 2.0, 3.0, 4.0], att, strict=True)):
+                rows.append({"variant": f"{workload}/{system}", "point": i, "per_gpu_rate": rate,
+                             "slo_attainment": a, "slo_attainment_target": 0.9})
+    return pd.DataFrame(rows)
+
+
+def pareto_study() -> pd.DataFrame:
+    rows = [("vLLM 4xTP1/seqs16", 16, 300.0, 30.0), ("vLLM 2xTP2/seqs16", 16, 150.0, 60.0),
+            ("vLLM 2xTP2/seqs64", 64, 400.0, 80.0), ("DistServe 1P3D/seqs16", 16, 200.0, 20.0),
+            ("DistServe 2P2D/seqs16", 16, 120.0, 90.0), ("DistServe 2P2D/seqs64", 64, 2000.0, 900.0)]
+    return pd.DataFrame([{"variant": v, "max_num_seqs": s, "p90_ttft_ms": t, "p90_tpot_ms": p, "slo_attainment": 0.9}
+                         for v, s, t, p in rows])
+
+
+def capacity_study() -> pd.DataFrame:
+    rows = []
+    rates = [1.0, 2.0, 3.0, 4.0]
+    curves = {"mooncake": {100: [0.99, 0.95, 0.85, 0.1], 200: [1.0, 0.99, 0.95, 0.2], 300: [1.0, 1.0, 0.97, 0.3]},
+              "vllm": {100: [0.8, 0.5, 0.2, 0.1], 200: [0.95, 0.85, 0.3, 0.1], 300: [0.99, 0.93, 0.5, 0.2]}}
+    for trace in ("conversation", "synthetic"):
+        for system, by_threshold in curves.items():
+            for i, rate in enumerate(rates):
+                row = {"variant": f"{trace}/{system}", "point": i, "speedup": rate / 2, "offered_rate_rps": rate,
+                       "slo_attainment": by_threshold[100][i], "slo_attainment_target": 0.9}
+                row.update({f"attainment_tbt_{t}ms": by_threshold[t][i] for t in (100, 200, 300)})
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def scheduling_study() -> pd.DataFrame:
+    return pd.DataFrame({"variant": ["global_cache_aware", "random", "load_balancing", "local_cache_aware"],
+                         "point": 0, "mean_ttft_ms": [3000.0, 19000.0, 5000.0, 3500.0],
+                         "p90_ttft_ms": [6000.0, 40000.0, 9000.0, 7000.0],
+                         "sim_prefix_hit_rate_tokens": [0.35, 0.1, 0.1, 0.25]})
+
+
+def rejection_study() -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows = []
+    for split, (p, d) in {"8P8D": (8, 8), "12P2D": (12, 2)}.items():
+        for mode, n in zip(("none", "baseline", "early", "predictive"), (0, 400, 300, 200), strict=True):
+            rows.append({"variant": f"{split}/{mode}", "point": 0, "prefill": p, "decode": d, "n_rejected": n,
+                         "n_issued": 1000, "slo_attainment": 0.8})
+    study = pd.DataFrame(rows)
+    samples = []
+    for variant in study["variant"]:
+        for t in (0.0, 10.0, 20.0):
+            samples += [{"variant": variant, "point": 0, "time_s": t, "instance": f"p{i}", "role": "prefill",
+                         "running": 1, "waiting": i, "queued_prefill_s": float(i) + t, "kv_utilization": 0.0}
+                        for i in range(2)]
+            samples += [{"variant": variant, "point": 0, "time_s": t, "instance": "d0", "role": "decode",
+                         "running": 3, "waiting": 0, "queued_prefill_s": 0.0, "kv_utilization": 0.5}]
+    return study, pd.DataFrame(samples)
+
+
+def splitwise_study() -> pd.DataFrame:
+    rows = []
+    for trace in ("azure_code", "azure_conv"):
+        for budget in ("cost", "power"):
+            for design, split, rate, chosen in (("baseline_a100", "7P/T", 6.0, True), ("splitwise_aa", "3P/4T", 7.0, True),
+                                                ("splitwise_aa", "4P/3T", 5.0, False)):
+                rows.append({"trace": trace, "budget": budget, "design": design, "split": split, "feasible": True,
+                             "chosen": chosen, "n_machines": 7, "max_rate_rps": rate, "cost_usd_hr": 123.2,
+                             "power_kw": 22.4, "throughput_per_usd_hr": rate / 123.2, "throughput_per_kw": rate / 22.4,
+                             "throughput_vs_baseline_a100": rate / 6.0})
+            rows.append({"trace": trace, "budget": budget, "design": "splitwise_hh", "split": "", "feasible": False,
+                         "chosen": False, "n_machines": 0, "max_rate_rps": 0.0})
+    return pd.DataFrame(rows)
+
+
+def placement_study() -> tuple[pd.DataFrame, dict[str, Any]]:
+    table = pd.DataFrame([
+        {"phase": "prefill", "tp": 1, "pp": 1, "gpus": 1, "status": "searched", "max_rate_rps": 1.0,
+         "per_gpu_rate": 1.0, "attainment": 0.9, "chosen": False},
+        {"phase": "prefill", "tp": 2, "pp": 1, "gpus": 2, "status": "searched", "max_rate_rps": 5.0,
+         "per_gpu_rate": 2.5, "attainment": 0.9, "chosen": True},
+        {"phase": "prefill", "tp": 1, "pp": 2, "gpus": 2, "status": "skipped", "max_rate_rps": math.nan,
+         "per_gpu_rate": math.nan, "attainment": math.nan, "chosen": False},
+        {"phase": "decode", "tp": 1, "pp": 1, "gpus": 1, "status": "searched", "max_rate_rps": 3.0,
+         "per_gpu_rate": 3.0, "attainment": 0.95, "chosen": True},
+    ])
+    report = {"chosen": {"prefill_tp": 2, "prefill_pp": 1, "n_prefill": 1, "decode_tp": 1, "decode_pp": 1,
+                         "n_decode": 1, "n_gpus": 3}, "per_gpu_goodput_rps": 1.6, "workload": {"name": "azure_conv"}}
+    return table, report
+
+
+def assert_written(paths: list[Path], names: list[str], columns: dict[str, set[str]]) -> None:
+    assert sorted(p.name for p in paths) == sorted(n + ext for n in names for ext in (".png", ".csv"))
+    for path in paths:
+        assert path.is_file() and path.stat().st_size > 0
+        if path.suffix == ".csv":
+            frame = pd.read_csv(path)
+            assert len(frame) > 0
+            assert columns[path.stem] <= set(frame.columns), (path.stem, set(frame.columns))
+
+
+# ---------------------------------------------------------------------------------------------- capacity_at
+
+def test_capacity_interpolates_between_the_last_passing_and_the_next_point():
+    cap = capacity_at([1, 2, 3, 4], [0.99, 0.95, 0.85, 0.5], 0.9)
+    assert cap.bound == "exact"
+    assert cap.value == pytest.approx(2.5)  # 2 + (0.95 - 0.9) / (0.95 - 0.85)
+
+
+def test_capacity_sorts_points_and_drops_nan():
+    cap = capacity_at([3, np.nan, 1, 2], [0.5, 1.0, 1.0, 0.9], 0.9)
+    assert cap.value == pytest.approx(2.0) and cap.bound == "exact"
+
+
+def test_capacity_takes_the_highest_passing_point_of_a_non_monotone_curve():
+    cap = capacity_at([1, 2, 3, 4], [0.95, 0.8, 0.92, 0.5], 0.9)
+    assert cap.value == pytest.approx(3 + 0.02 / 0.42)
+
+
+def test_capacity_is_a_lower_bound_when_the_fastest_point_passes():
+    cap = capacity_at([1, 2, 3], [1.0, 0.99, 0.91], 0.9)
+    assert (cap.value, cap.bound) == (3.0, "at_least")
+    assert str(cap) == ">=3"
+
+
+def test_capacity_is_zero_when_even_the_slowest_point_fails():
+    cap = capacity_at([2, 4], [0.85, 0.2], 0.9)
+    assert (cap.value, cap.bound, cap.lowest) == (0.0, "below_range", 2.0)
+
+
+def test_capacity_needs_a_point():
+    with pytest.raises(ValueError):
+        capacity_at([np.nan], [0.5])
+
+
+def test_capacity_table_and_ratios_on_hand_data():
+    cap = capacity_table(capacity_study())
+    conv = cap[cap["trace"] == "conversation"].set_index(["system", "tbt_threshold_ms"])
+    assert conv.loc[("mooncake", 100.0), "capacity_rps"] == pytest.approx(2.5)
+    assert conv.loc[("vllm", 100.0), "bound"] == "below_range"
+    assert conv.loc[("vllm", 300.0), "capacity_rps"] == pytest.approx(2 + 0.03 / 0.43)
+    ratios = capacity_ratios(cap).set_index(["trace", "tbt_threshold_ms"])
+    assert math.isinf(ratios.loc[("conversation", 100.0), "ratio"])
+    moon300 = 3 + 0.07 / 0.67
+    assert ratios.loc[("conversation", 300.0), "ratio"] == pytest.approx(moon300 / (2 + 0.03 / 0.43))
+
+
+def test_capacity_without_threshold_columns_uses_slo_attainment():
+    study = capacity_study().drop(columns=["attainment_tbt_100ms", "attainment_tbt_200ms", "attainment_tbt_300ms",
+                                           "speedup"])
+    cap = capacity_table(study)
+    assert len(cap) == 4 and cap["tbt_threshold_ms"].isna().all()
+    moon = cap[(cap["trace"] == "conversation") & (cap["system"] == "mooncake")]
+    assert moon["capacity_rps"].iloc[0] == pytest.approx(2.5)
+
+
+def test_slo_goodput_per_workload_and_system():
+    goodput = slo_goodput_table(slo_study()).set_index(["workload", "system"])
+    assert goodput.loc[("azure_conv", "vLLM"), "goodput_rps_per_gpu"] == pytest.approx(2.5)
+    assert goodput.loc[("azure_conv", "DistServe"), "bound"] == "at_least"
+    assert goodput.loc[("shared_prefix", "Mooncake"), "goodput_rps_per_gpu"] == 0.0
+
+
+def test_slo_labels_without_a_workload_take_the_default():
+    study = slo_study()
+    study = study[study["variant"].str.startswith("azure_conv/")].assign(
+        variant=lambda t: t["variant"].str.split("/").str[1])
+    assert set(slo_goodput_table(study, "shared_prefix")["workload"]) == {"shared_prefix"}
+
+
+# ---------------------------------------------------------------------------------------------- Pareto
+
+def test_pareto_mask_keeps_the_lower_left_front():
+    x = [1, 2, 5, 3, 2, 6, np.nan]
+    y = [5, 2, 1, 3, 2, 6, 0]
+    assert pareto_mask(x, y).tolist() == [True, True, True, False, True, False, False]
+
+
+def test_pareto_mask_drops_a_point_dominated_in_one_coordinate_only():
+    assert pareto_mask([1, 1], [1, 2]).tolist() == [True, False]
+
+
+def test_pareto_table_fronts_are_per_system():
+    table = pareto_table(pareto_study(), 250.0, 100.0).set_index("variant")
+    assert table.loc["vLLM 4xTP1/seqs16", "system"] == "vLLM"
+    assert table.loc["DistServe 2P2D/seqs64", "layout"] == "2P2D"
+    assert table["on_front"].to_dict() == {
+        "vLLM 4xTP1/seqs16": True, "vLLM 2xTP2/seqs16": True, "vLLM 2xTP2/seqs64": False,
+        "DistServe 1P3D/seqs16": True, "DistServe 2P2D/seqs16": True, "DistServe 2P2D/seqs64": False}
+    assert table.loc["vLLM 4xTP1/seqs16", "slo_scale"] == pytest.approx(1.2)
+    assert bool(table.loc["DistServe 1P3D/seqs16", "inside_slo"])
+
+
+# ---------------------------------------------------------------------------------------------- rejection
+
+def test_rejection_table_parses_old_and_new_labels():
+    new = rejection_table(rejection_study()[0])
+    assert set(new["split"]) == {"8P8D", "12P2D"}
+    old = pd.DataFrame({"variant": ["no_rejection", "baseline"], "prefill": [10, 10], "decode": [2, 2],
+                        "n_rejected": [0, 5]})
+    parsed = rejection_table(old)
+    assert parsed["split"].tolist() == ["10P2D", "10P2D"]
+    assert parsed["mode"].tolist() == ["none", "baseline"]
+
+
+def test_load_series_averages_instances_of_each_role():
+    study, load = rejection_study()
+    series = load_series(load, rejection_table(study))
+    prefill = series[(series["variant"] == "8P8D/early") & series["load"].str.startswith("prefill")]
+    assert prefill.set_index("time_s")["value"].to_dict() == {0.0: 0.5, 10.0: 10.5, 20.0: 20.5}
+    decode = series[(series["variant"] == "8P8D/early") & series["load"].str.startswith("decode")]
+    assert decode["value"].tolist() == [0.5, 0.5, 0.5]
+    assert set(series["mode"]) == {"none", "baseline", "early", "predictive"}
+
+
+# ---------------------------------------------------------------------------------------------- plots
+
+def test_slo_attainment_figures(tmp_path):
+    job = make_job(tmp_path, "slo_attainment", slo_study())
+    paths = plot_slo_attainment(job) + plot_slo_goodput(job)
+    assert_written(paths, ["slo_attainment", "slo_goodput"], {
+        "slo_attainment": {"workload", "system", "per_gpu_rate", "slo_attainment"},
+        "slo_goodput": {"workload", "system", "goodput_rps_per_gpu", "bound"}})
+    plotted = pd.read_csv(job / "figures" / "slo_goodput.csv")
+    assert len(plotted) == 6
+
+
+def test_pareto_figure(tmp_path):
+    job = make_job(tmp_path, "pareto", pareto_study())
+    assert_written(plot_pareto(job), ["pareto"], {
+        "pareto": {"system", "layout", "max_num_seqs", "p90_ttft_ms", "p90_tpot_ms", "on_front", "slo_scale"}})
+
+
+def test_capacity_figures(tmp_path):
+    job = make_job(tmp_path, "capacity", capacity_study())
+    assert_written(plot_capacity(job), ["capacity", "capacity_attainment"], {
+        "capacity": {"trace", "system", "tbt_threshold_ms", "capacity_rps", "bound"},
+        "capacity_attainment": {"trace", "system", "offered_rate_rps", "tbt_threshold_ms", "attainment"}})
+    plotted = pd.read_csv(job / "figures" / "capacity.csv")
+    assert len(plotted) == 2 * 2 * 3  # trace x system x threshold
+
+
+def test_scheduling_figure_orders_policies(tmp_path):
+    job = make_job(tmp_path, "scheduling_ttft", scheduling_study())
+    assert_written(plot_scheduling(job), ["scheduling_ttft"], {"scheduling_ttft": {"variant", "statistic", "ttft_s"}})
+    plotted = pd.read_csv(job / "figures" / "scheduling_ttft.csv")
+    assert plotted.set_index(["variant", "statistic"]).loc[("random", "mean"), "ttft_s"] == pytest.approx(19.0)
+
+
+def test_rejection_figures(tmp_path):
+    study, load = rejection_study()
+    job = make_job(tmp_path, "rejection", study, load=load)
+    assert_written(plot_rejection(job), ["rejection", "rejection_load"], {
+        "rejection": {"split", "mode", "n_rejected"},
+        "rejection_load": {"split", "mode", "time_s", "load", "value"}})
+
+
+def test_rejection_figure_without_load_samples(tmp_path):
+    job = make_job(tmp_path, "rejection", rejection_study()[0])
+    assert [p.name for p in plot_rejection(job)] == ["rejection.png", "rejection.csv"]
+
+
+def test_splitwise_figure_plots_chosen_rows_only(tmp_path):
+    job = make_job(tmp_path, "splitwise_provisioning", splitwise_study())
+    assert_written(plot_splitwise(job), ["splitwise"], {"splitwise": {"trace", "budget", "design", "measure", "value"}})
+    plotted = pd.read_csv(job / "figures" / "splitwise.csv")
+    assert len(plotted) == 2 * 2 * 2 * 3  # trace x budget x chosen design x measure
+    assert set(plotted["split"]) == {"7P/T", "3P/4T"}
+
+
+def test_placement_figure_highlights_the_chosen_layouts(tmp_path):
+    table, report = placement_study()
+    job = make_job(tmp_path, "placement_search", table, placement=report)
+    assert_written(plot_placement(job), ["placement"], {"placement": {"phase", "layout", "per_gpu_rate", "chosen"}})
+    plotted = pd.read_csv(job / "figures" / "placement.csv")
+    assert len(plotted) == 3  # the skipped layout is not plotted
+    assert plotted["chosen"].sum() == 2
+
+
+# ---------------------------------------------------------------------------------------------- dispatch
+
+@pytest.mark.parametrize("figure, study, expected", [
+    ("scheduling_ttft", scheduling_study(), ["scheduling_ttft"]),
+    ("pareto", pareto_study(), ["pareto"]),
+    ("slo_attainment", slo_study(), ["slo_attainment", "slo_goodput"]),
+])
+def test_dispatcher_reads_study_figure(tmp_path, figure, study, expected):
+    job = make_job(tmp_path, figure, study)
+    written = plot_sim_study(job)
+    assert sorted(p.name for p in written) == sorted(n + e for n in expected for e in (".png", ".csv"))
+
+
+def test_dispatcher_skips_an_unknown_figure(tmp_path, caplog):
+    job = make_job(tmp_path, "no_such_figure", scheduling_study())
+    with caplog.at_level(logging.WARNING):
+        assert plot_sim_study(job) == []
+    assert "no_such_figure" in caplog.text
+
+
+def test_dispatcher_logs_a_failing_figure_instead_of_failing_the_job(tmp_path, caplog):
+    job = make_job(tmp_path, "pareto", pd.DataFrame({"variant": ["a"], "x": [1]}))
+    with pytest.raises(KeyError):
+        plot_pareto(job)
+    with caplog.at_level(logging.ERROR):
+        assert plot_sim_study(job) == []
+    assert "plot_pareto failed" in caplog.text
+
+
+def test_every_preset_figure_is_known_and_registered():
+    presets = Path(__file__).resolve().parents[2] / "conf" / "experiment"
+    for preset in presets.glob("*.yaml"):
+        study = (yaml.safe_load(preset.read_text(encoding="utf-8")) or {}).get("study") or {}
+        if study.get("figure"):
+            assert study["figure"] in PLOTS_BY_FIGURE, preset.name
+    assert plot_sim_study in FIGURES_BY_KIND["sim_study"]
