@@ -77,7 +77,7 @@ def run_case(overrides: list[str], copies: int, parquet: str | None, compress: b
     cluster = SimCluster(cfg)
     run = Cluster(cluster.setup()).run(requests.specs)
     t2 = time.perf_counter()
-    records = [r.to_record() for r in run.requests]
+    records = run.records()
     t3 = time.perf_counter()
     digest = ""
     if parquet:

@@ -76,6 +76,6 @@ def simulate(cluster: SimCluster, requests: WorkloadRequests, slo: Optional[SLOC
     start = time.perf_counter()
     setup = cluster.setup(**setup_changes)
     run = Cluster(setup).run(requests.specs)
-    records = tuple(r.to_record() for r in run.requests)
+    records = run.records()
     metrics = summarize(records, slo or cluster.cfg.slo, n_gpus=setup.n_gpus)
     return SimPoint(records, metrics, run.info, run.load_samples if keep_load else [], time.perf_counter() - start)

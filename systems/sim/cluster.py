@@ -20,6 +20,7 @@ times is copied into the reader's DRAM (hot-block replication).
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 from collections import Counter
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from harness.config import HardwareConfig
-from harness.records import RequestSpec, RequestStatus
+from harness.records import RequestRecord, RequestSpec, RequestStatus
 from systems.policies.base import InstanceLoad, RouteRequest, RoutingPolicy
 from systems.policies.pd import DecodeView, PDScheduler, PrefillView, PrefixSource, decode_overloaded
 from systems.sim.block_cache import LRUBlockCache
@@ -106,6 +107,16 @@ class SimRun:
     requests: list[SimRequest]
     load_samples: list[dict[str, Any]]
     info: dict[str, Any]
+
+    def records(self) -> tuple[RequestRecord, ...]:
+        """One ``RequestRecord`` per request, in request order (the collector paused, as in the run)."""
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return tuple(r.to_record() for r in self.requests)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
 
 
 class Cluster(InstanceHooks):
@@ -190,7 +201,15 @@ class Cluster(InstanceHooks):
             if bar is not None:
                 bar.update(self._done - bar.n)
 
-        self.loop.run(on_progress=on_progress if bar is not None else None)
+        # the run allocates millions of small objects that live to the end: the cyclic collector would
+        # rescan all of them again and again (cost growing with run length) while finding nothing
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self.loop.run(on_progress=on_progress if bar is not None else None)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         if bar is not None:
             bar.update(self._done - bar.n)
             bar.close()

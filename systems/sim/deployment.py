@@ -54,7 +54,7 @@ class SimDeployment:
         start = time.perf_counter()
         setup = self.setup()
         run = Cluster(setup).run(requests.specs, progress=self.cfg.engine.progress)
-        records = tuple(r.to_record() for r in run.requests)
+        records = run.records()
         wall = time.perf_counter() - start
         log.info("simulated %d requests (%.0f s of cluster time, %d events) in %.2f s wall", len(records),
                  run.info["simulated_s"], run.info["events"], wall)

@@ -135,6 +135,10 @@ class DistServeFitModel(PerfModel):
         return ((a + b * sum_tokens + c * sum_sq_tokens) / self._pp + self._pp) / 1e3
 
     def decode_step_time_s(self, batch_size: ArrayLike, sum_context: ArrayLike) -> ArrayLike:
+        if not isinstance(batch_size, np.ndarray) and isinstance(sum_context, np.ndarray):
+            # one batch size over a stretch of steps (the simulator's decode segments)
+            a, b, c = self._c.decode_small if batch_size < self._c.threshold else self._c.decode_large
+            return (a + b * (sum_context + batch_size) + c * batch_size) / self._pp / 1e3
         if isinstance(batch_size, np.ndarray) or isinstance(sum_context, np.ndarray):
             bs, ctx = np.broadcast_arrays(np.asarray(batch_size, dtype=float), np.asarray(sum_context, dtype=float))
             small = bs < self._c.threshold

@@ -191,6 +191,10 @@ class SplitwiseProfileModel(PerfModel):
 
     def decode_step_time_s(self, batch_size: ArrayLike, sum_context: ArrayLike) -> ArrayLike:
         g = self.grid
+        if not isinstance(batch_size, np.ndarray) and isinstance(sum_context, np.ndarray):
+            # one batch size over a stretch of steps (the simulator's decode segments): interpolate once
+            base = _interp(batch_size, g.decode_batch, g.decode_ms) - g.context_slope_ms * batch_size * g.context_ref
+            return np.maximum(base + g.context_slope_ms * sum_context, 0.0) / 1e3
         if isinstance(batch_size, np.ndarray) or isinstance(sum_context, np.ndarray):
             bs, ctx = np.broadcast_arrays(np.asarray(batch_size, dtype=float), np.asarray(sum_context, dtype=float))
             ms = _interp_array(bs, g.decode_batch, g.decode_ms) + g.context_slope_ms * (ctx - bs * g.context_ref)
