@@ -9,12 +9,14 @@ from types import MappingProxyType
 
 from figures.cache_hit import plot_global_vs_local, plot_hit_rate_curve
 from figures.serving import plot_latency_vs_rate
+from figures.sim_studies import plot_sim_study
 
 log = logging.getLogger(__name__)
 
 FIGURES_BY_KIND: Mapping[str, tuple[Callable[[Path], list[Path]], ...]] = MappingProxyType({
     "cache_study": (plot_hit_rate_curve, plot_global_vs_local),
     "serve": (plot_latency_vs_rate,),
+    "sim_study": (plot_sim_study,),
     "workload": (),
 })
 

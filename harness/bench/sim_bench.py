@@ -37,8 +37,8 @@ from typing import Any
 
 MOONCAKE_16 = ["system=mooncake", "system.prefill_instances=8", "system.decode_instances=8", "system.router=conductor",
                "model=llama3_1_70b", "hardware=a800_80gb", "workload=mooncake_conversation", "slo=mooncake",
-               "engine.prefill.tp=8", "engine.decode.tp=8", "engine.kv_link=rdma_800",
-               "engine.kv_pool.dram_tokens_per_node=1000000", "engine.kv_pool.remote_link=rdma_800",
+               "engine.prefill.tp=8", "engine.decode.tp=8", "engine.kv_link=rdma_800", "engine.layerwise_transfer=true",
+               "engine.kv_pool.dram_tokens_per_node=3000000", "engine.kv_pool.remote_link=rdma_800",
                "engine.kv_pool.replication_threshold=4", "engine.progress=false"]
 AZURE_H100 = ["system=vllm_baseline", "system.colocated_instances=4", "system.router=least_loaded",
               "model=llama2_70b", "hardware=h100_80gb", "engine.perf_model=splitwise", "engine.colocated.tp=8",

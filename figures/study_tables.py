@@ -1,0 +1,337 @@
+"""Tidy tables derived from the ``study.csv`` of ``job=sim_study`` folders, shared by the figures
+(``figures.sim_studies``) and the reproduction report (``figures.report``).
+
+Nothing here recomputes a metric the study table already has: the helpers parse variant labels into
+columns, pick rows, and derive the few quantities the papers report that no single row holds:
+
+- :func:`capacity_at`: the highest load with SLO attainment >= a target, linearly interpolated between
+  the measured points (Mooncake's *effective request capacity*, DistServe's *per-GPU goodput*);
+- :func:`pareto_mask`: the lower-left (min, min) Pareto front of a point cloud;
+- :func:`load_series`: prefill and decode load over time from ``load.csv``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+import yaml
+
+log = logging.getLogger(__name__)
+
+STUDY_FILE = "study.csv"
+LOAD_FILE = "load.csv"
+CONFIG_FILE = "config.yaml"
+SUMMARY_FILE = "summary.json"
+DEFAULT_TARGET = 0.9
+THRESHOLD_COLUMN = re.compile(r"^attainment_tbt_(\d+(?:\.\d+)?)ms$")
+
+# Fixed orders the papers use (unknown labels follow, in table order).
+SCHEDULING_ORDER = ("random", "load_balancing", "local_cache_aware", "global_cache_aware")
+REJECTION_ORDER = ("none", "baseline", "early", "predictive")
+MODE_ALIASES = {"no_rejection": "none"}
+
+
+# ---------------------------------------------------------------------------------------------- job folders
+
+@dataclass
+class JobFolder:
+    """One finished job folder: its resolved config, its summary and its tables, read lazily."""
+
+    path: Path
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        if "config" not in self._cache:
+            file = self.path / CONFIG_FILE
+            self._cache["config"] = (yaml.safe_load(file.read_text(encoding="utf-8")) or {}) if file.is_file() else {}
+        return self._cache["config"]
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        if "summary" not in self._cache:
+            file = self.path / SUMMARY_FILE
+            self._cache["summary"] = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+        return self._cache["summary"]
+
+    def setting(self, dotted: str, default: Any = None) -> Any:
+        """A value of the resolved config by dotted path (``study.figure``), or ``default``."""
+        node: Any = self.config
+        for key in dotted.split("."):
+            if not isinstance(node, dict) or key not in node:
+                return default
+            node = node[key]
+        return node
+
+    def table(self, name: str = STUDY_FILE) -> pd.DataFrame:
+        """A CSV table of the job (``FileNotFoundError`` naming it when absent)."""
+        if name not in self._cache:
+            file = self.path / name
+            if not file.is_file():
+                raise FileNotFoundError(f"{file}: the job wrote no {name}")
+            self._cache[name] = pd.read_csv(file)
+        return self._cache[name]
+
+    def has(self, name: str) -> bool:
+        return (self.path / name).is_file()
+
+    def json(self, name: str) -> dict[str, Any]:
+        file = self.path / name
+        if not file.is_file():
+            raise FileNotFoundError(f"{file}: the job wrote no {name}")
+        return json.loads(file.read_text(encoding="utf-8"))
+
+
+def split_label(label: str) -> tuple[str, str]:
+    """``"group/name"`` -> ``("group", "name")`` at the last slash; no slash -> ``("", label)``."""
+    group, _, name = str(label).rpartition("/")
+    return group, name
+
+
+def ordered(values: pd.Series | list[str], first: tuple[str, ...]) -> list[str]:
+    """``first`` (those present) then the other values in order of appearance."""
+    seen = list(dict.fromkeys(str(v) for v in values))
+    return [v for v in first if v in seen] + [v for v in seen if v not in first]
+
+
+def attainment_target(table: pd.DataFrame, default: float = DEFAULT_TARGET) -> float:
+    """The SLO attainment target the study ran with (its ``slo_attainment_target`` column)."""
+    if "slo_attainment_target" in table and table["slo_attainment_target"].notna().any():
+        return float(table["slo_attainment_target"].dropna().iloc[0])
+    return default
+
+
+# ---------------------------------------------------------------------------------------------- capacity
+
+@dataclass(frozen=True)
+class Capacity:
+    """The highest load meeting an attainment target.
+
+    ``bound`` says how far the measured points pin it down: ``exact`` (interpolated between a passing and
+    the next, failing point), ``at_least`` (the highest measured point still passes: ``value`` is a lower
+    bound) or ``below_range`` (even the lowest measured point fails: ``value`` is 0, the true capacity
+    lies below ``lowest``).
+    """
+
+    value: float
+    bound: str
+    lowest: float = math.nan
+    highest: float = math.nan
+
+    def __str__(self) -> str:
+        if self.bound == "at_least":
+            return f">={self.value:.3g}"
+        if self.bound == "below_range":
+            return f"0 (<{self.lowest:.3g})"
+        return f"{self.value:.3g}"
+
+
+def capacity_at(rates: Any, attainment: Any, target: float = DEFAULT_TARGET) -> Capacity:
+    """The highest rate whose attainment is >= ``target``: the highest passing measured point, moved
+    towards the next (failing) point by linear interpolation of attainment; 0 when every point fails.
+
+    NaN pairs are dropped; the points are sorted by rate. ``ValueError`` when no point remains.
+    """
+    frame = pd.DataFrame({"rate": np.asarray(rates, dtype=float), "att": np.asarray(attainment, dtype=float)})
+    frame = frame.dropna().sort_values("rate", kind="mergesort").reset_index(drop=True)
+    if frame.empty:
+        raise ValueError("capacity_at: no (rate, attainment) point")
+    rate, att = frame["rate"].to_numpy(), frame["att"].to_numpy()
+    lowest, highest = float(rate[0]), float(rate[-1])
+    passing = np.flatnonzero(att >= target)
+    if passing.size == 0:
+        return Capacity(0.0, "below_range", lowest, highest)
+    i = int(passing[-1])
+    if i == len(rate) - 1:
+        return Capacity(float(rate[i]), "at_least", lowest, highest)
+    r0, r1, a0, a1 = rate[i], rate[i + 1], att[i], att[i + 1]
+    value = r0 + (a0 - target) / (a0 - a1) * (r1 - r0) if a0 > a1 else r0
+    return Capacity(float(value), "exact", lowest, highest)
+
+
+def capacity_frame(table: pd.DataFrame, by: list[str], x: str, y: str, target: float) -> pd.DataFrame:
+    """One row per ``by`` group: ``capacity`` (see :func:`capacity_at`), ``bound``, the measured range."""
+    rows = []
+    for key, group in table.groupby(by, sort=False, dropna=False):
+        cap = capacity_at(group[x], group[y], target)
+        keys = key if isinstance(key, tuple) else (key,)
+        rows.append({**dict(zip(by, keys, strict=True)), "capacity": cap.value, "bound": cap.bound,
+                     "lowest_measured": cap.lowest, "highest_measured": cap.highest, "target": target,
+                     "label": str(cap)})
+    return pd.DataFrame(rows)
+
+
+def tbt_thresholds(table: pd.DataFrame) -> list[tuple[float, str]]:
+    """``(threshold_ms, column)`` of every ``attainment_tbt_<x>ms`` column, by threshold."""
+    found = [(float(m.group(1)), c) for c in table.columns if (m := THRESHOLD_COLUMN.match(str(c)))]
+    return sorted(found)
+
+
+def attainment_long(table: pd.DataFrame) -> pd.DataFrame:
+    """The capacity study in long form: trace, system, speedup, offered rate, TBT threshold, attainment.
+
+    Variants are ``<trace>/<system>``; without ``attainment_tbt_*`` columns the study's own
+    ``slo_attainment`` is used (threshold = the SLO's TBT bound, unknown here: NaN).
+    """
+    base = table.assign(trace=[split_label(v)[0] or "all" for v in table["variant"]],
+                        system=[split_label(v)[1] for v in table["variant"]])
+    columns = tbt_thresholds(table) or [(math.nan, "slo_attainment")]
+    frames = []
+    for threshold, column in columns:
+        keep = [c for c in ("trace", "system", "variant", "point", "speedup", "offered_rate_rps") if c in base]
+        part = base[keep].copy()
+        part["tbt_threshold_ms"] = threshold
+        part["attainment"] = base[column].astype(float)
+        frames.append(part)
+    return pd.concat(frames, ignore_index=True)
+
+
+def capacity_table(table: pd.DataFrame, target: Optional[float] = None) -> pd.DataFrame:
+    """Effective request capacity (req/s) per trace x system x TBT threshold (Mooncake FAST'25)."""
+    target = attainment_target(table) if target is None else target
+    long = attainment_long(table)
+    cap = capacity_frame(long, ["trace", "system", "tbt_threshold_ms"], "offered_rate_rps", "attainment", target)
+    return cap.rename(columns={"capacity": "capacity_rps"})
+
+
+def is_vllm(name: str) -> bool:
+    return str(name).lower().replace("-", "_") in ("vllm", "vllm_baseline")
+
+
+def capacity_ratios(cap: pd.DataFrame, system: str = "mooncake") -> pd.DataFrame:
+    """Per trace x threshold: ``system``'s capacity, vLLM's, their ratio and the gain in percent
+    (inf when vLLM's capacity is 0 and ``system``'s is not, NaN when both are 0)."""
+    rows = []
+    for (trace, threshold), group in cap.groupby(["trace", "tbt_threshold_ms"], sort=False, dropna=False):
+        mine = group[group["system"].str.lower() == system.lower()]
+        base = group[group["system"].map(is_vllm)]
+        if mine.empty or base.empty:
+            continue
+        a, b = mine.iloc[0], base.iloc[0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = float(np.float64(a["capacity_rps"]) / np.float64(b["capacity_rps"]))
+        rows.append({"trace": trace, "tbt_threshold_ms": threshold, "system_capacity_rps": a["capacity_rps"],
+                     "system_bound": a["bound"], "system_lowest": a["lowest_measured"],
+                     "vllm_capacity_rps": b["capacity_rps"], "vllm_bound": b["bound"],
+                     "vllm_lowest": b["lowest_measured"], "ratio": ratio, "gain_pct": (ratio - 1.0) * 100.0})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------- SLO attainment
+
+def slo_frame(table: pd.DataFrame, default_workload: str = "") -> pd.DataFrame:
+    """The SLO-attainment study with ``workload`` and ``system`` parsed from ``<workload>/<System>``
+    (a label without a slash gets ``default_workload``)."""
+    parts = [split_label(v) for v in table["variant"]]
+    return table.assign(workload=[w or default_workload or "default" for w, _ in parts],
+                        system=[s for _, s in parts])
+
+
+def slo_goodput_table(table: pd.DataFrame, default_workload: str = "", target: Optional[float] = None) -> pd.DataFrame:
+    """Per workload x system: the highest per-GPU rate with SLO attainment >= target (interpolated)."""
+    target = attainment_target(table) if target is None else target
+    frame = slo_frame(table, default_workload)
+    cap = capacity_frame(frame, ["workload", "system"], "per_gpu_rate", "slo_attainment", target)
+    return cap.rename(columns={"capacity": "goodput_rps_per_gpu"})
+
+
+# ---------------------------------------------------------------------------------------------- Pareto
+
+def pareto_mask(x: Any, y: Any) -> np.ndarray:
+    """True for the points no other point dominates when both coordinates are minimised (another point
+    dominates when it is <= in both and < in one). Identical points are all kept; NaN is never on it."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    valid = ~(np.isnan(xs) | np.isnan(ys))
+    mask = np.zeros(len(xs), dtype=bool)
+    for i in np.flatnonzero(valid):
+        others = valid & (xs <= xs[i]) & (ys <= ys[i]) & ((xs < xs[i]) | (ys < ys[i]))
+        mask[i] = not others.any()
+    return mask
+
+
+def pareto_table(table: pd.DataFrame, ttft_ms: float, tpot_ms: float) -> pd.DataFrame:
+    """The Pareto study: system (first word of the layout), layout, batching limit, p90 TTFT and TPOT,
+    whether the point is on its system's front, and ``slo_scale`` = max(p90 TTFT / TTFT SLO,
+    p90 TPOT / TPOT SLO): the point meets an SLO scaled by this factor (<= 1: inside the SLO box)."""
+    parts = [split_label(v) for v in table["variant"]]
+    layouts = [g or n for g, n in parts]
+    out = pd.DataFrame({
+        "variant": table["variant"],
+        "system": [lay.split(" ", 1)[0] for lay in layouts],
+        "layout": [lay.split(" ", 1)[1] if " " in lay else lay for lay in layouts],
+        "max_num_seqs": table["max_num_seqs"] if "max_num_seqs" in table else [n for _, n in parts],
+        "p90_ttft_ms": table["p90_ttft_ms"].astype(float),
+        "p90_tpot_ms": table["p90_tpot_ms"].astype(float),
+        "slo_attainment": table["slo_attainment"].astype(float),
+    })
+    out["on_front"] = False
+    for _, group in out.groupby("system", sort=False):
+        out.loc[group.index, "on_front"] = pareto_mask(group["p90_ttft_ms"], group["p90_tpot_ms"])
+    out["slo_scale"] = np.maximum(out["p90_ttft_ms"] / ttft_ms, out["p90_tpot_ms"] / tpot_ms)
+    out["inside_slo"] = out["slo_scale"] <= 1.0
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- rejection
+
+def _split_of(row: pd.Series) -> str:
+    group, _ = split_label(row["variant"])
+    if group:
+        return group
+    if "prefill" in row and "decode" in row and pd.notna(row["prefill"]) and pd.notna(row["decode"]):
+        return f"{int(row['prefill'])}P{int(row['decode'])}D"
+    return "all"
+
+
+def rejection_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The rejection study: split (``<split>/<mode>`` label, else ``<prefill>P<decode>D``), mode, counts."""
+    split = table.apply(_split_of, axis=1)
+    mode = [MODE_ALIASES.get(split_label(v)[1], split_label(v)[1]) for v in table["variant"]]
+    keep = [c for c in ("variant", "point", "n_rejected", "n_issued", "slo_attainment", "mean_ttft_ms",
+                        "p90_tpot_ms", "goodput_rps_per_gpu") if c in table]
+    return table[keep].assign(split=list(split), mode=mode)
+
+
+def load_series(load: pd.DataFrame, variants: pd.DataFrame) -> pd.DataFrame:
+    """Prefill and decode load over time per variant (first load point of each): the mean over prefill
+    instances of ``queued_prefill_s`` and the mean over decode instances of ``kv_utilization``.
+    ``variants`` maps ``variant`` to ``split`` and ``mode`` (:func:`rejection_table`)."""
+    first = load.groupby("variant")["point"].transform("min")
+    load = load[load["point"] == first]
+    measures = (("prefill", "queued_prefill_s", "prefill: mean queued prefill (s)"),
+                ("decode", "kv_utilization", "decode: mean KV utilization"))
+    frames = []
+    for role, column, label in measures:
+        part = load[load["role"] == role]
+        if part.empty or column not in part:
+            continue
+        mean = part.groupby(["variant", "time_s"], sort=False)[column].mean().reset_index(name="value")
+        mean["load"] = label
+        frames.append(mean)
+    if not frames:
+        return pd.DataFrame(columns=["variant", "split", "mode", "time_s", "load", "value"])
+    series = pd.concat(frames, ignore_index=True)
+    keys = variants[["variant", "split", "mode"]].drop_duplicates("variant")
+    return series.merge(keys, on="variant", how="left")[["variant", "split", "mode", "time_s", "load", "value"]]
+
+
+# ---------------------------------------------------------------------------------------------- Splitwise
+
+def splitwise_chosen(table: pd.DataFrame) -> pd.DataFrame:
+    """The chosen candidate of every trace x budget x design (feasible rows only)."""
+    chosen = table["chosen"].astype(bool) & table.get("feasible", pd.Series(True, index=table.index)).astype(bool)
+    keep = [c for c in ("trace", "budget", "design", "split", "n_machines", "max_rate_rps", "cost_usd_hr",
+                        "power_kw", "throughput_per_usd_hr", "throughput_per_kw") if c in table]
+    keep += [c for c in table.columns if c.startswith(("throughput_vs_", "per_usd_hr_vs_", "per_kw_vs_"))]
+    return table.loc[chosen, keep].reset_index(drop=True)
