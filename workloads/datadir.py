@@ -59,6 +59,11 @@ def search_dirs(data_dir: Optional[str] = None) -> list[Path]:
         candidates.append(Path(env).expanduser())
     cwd = Path.cwd()
     candidates += [cwd / "data", cwd.parent / "shared" / "traces", _REPO_ROOT.parent / "shared" / "traces"]
+    return dedupe_paths(candidates)
+
+
+def dedupe_paths(candidates: list[Path]) -> list[Path]:
+    """``candidates`` in order, each directory once (compared after resolving links and ``..``)."""
     unique: list[Path] = []
     seen: set[Path] = set()
     for cand in candidates:

@@ -291,11 +291,7 @@ class Cluster(InstanceHooks):
         req.token_times.append(now)
         req.generated = 1
         if req.generated >= req.out_len:
-            req.decode_instance = inst.name
-            req.decode_start_s = now
-            req.status = RequestStatus.OK
-            req.finish_s = now
-            self.on_finished(inst, req, now)
+            self._finish_without_decode(inst, req, now)
             return
         inst.enqueue_decode(req, now)
 
@@ -468,11 +464,7 @@ class Cluster(InstanceHooks):
         if req.generated >= req.out_len or self.prefill_only:  # done at the prefill instance
             inst.release(req.reserved)
             req.reserved = 0
-            req.decode_instance = inst.name
-            req.decode_start_s = now
-            req.status = RequestStatus.OK
-            req.finish_s = now
-            self.on_finished(inst, req, now)
+            self._finish_without_decode(inst, req, now)
             return
         views = self.decode_views(req.prompt, 0.0)
         if self.setup.rejection == "baseline" and decode_overloaded(views, self.setup.tbt_slo_s):
@@ -493,6 +485,14 @@ class Cluster(InstanceHooks):
         req.kv_transfer_s = end - now
         req.kv_transfer_bytes = bytes_
         self.loop.schedule(end, PRIO_TRANSFER, self._transferred, (inst, target, req))
+
+    def _finish_without_decode(self, inst: SimInstance, req: SimRequest, now: float) -> None:
+        """``req`` already has every token it will get (one output token, or a prefill-only cluster)."""
+        req.decode_instance = inst.name
+        req.decode_start_s = now
+        req.status = RequestStatus.OK
+        req.finish_s = now
+        self.on_finished(inst, req, now)
 
     def _pick_decode(self, views: list[DecodeView]) -> SimInstance:
         decodes = self.by_role["decode"]

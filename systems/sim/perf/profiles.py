@@ -16,6 +16,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Optional
 
+from workloads.datadir import dedupe_paths
+
 logger = logging.getLogger(__name__)
 
 PROFILES_DIR_ENV = "PERF_PROFILES_DIR"
@@ -56,14 +58,7 @@ def search_dirs(profiles_dir: Optional[str | os.PathLike[str]] = None) -> list[P
     cwd = Path.cwd()
     candidates += [cwd / "data" / "perf_profiles", _REPO_ROOT.parent / "shared" / "perf_profiles",
                    cwd.parent / "shared" / "perf_profiles"]
-    unique: list[Path] = []
-    seen: set[Path] = set()
-    for cand in candidates:
-        key = cand.resolve()
-        if key not in seen:
-            seen.add(key)
-            unique.append(cand)
-    return unique
+    return dedupe_paths(candidates)
 
 
 def upstream_hint(relpath: str) -> str:
