@@ -109,7 +109,7 @@ class PDDecision:
     """The scheduler's answer for one request."""
 
     prefill: int  # index into prefill_views()
-    decode: Optional[int]  # index into decode_views(); None when none has room (the driver waits)
+    decode: Optional[int]  # index into decode_views(); None when none has room (the driver waits) or not asked
     reuse_tokens: int  # prompt tokens of cached KV the prefill reuses
     fetch_tokens: int  # of those, tokens fetched from the pool (not held by the prefill instance)
     est_ttft_s: float
@@ -142,7 +142,7 @@ class PDScheduler:
 
     def __init__(self, policy: str = "conductor", rejection: str = "none", ttft_slo_s: Optional[float] = None,
                  tbt_slo_s: Optional[float] = None, kvcache_balancing_threshold: float = 2.0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, pick_decode: bool = True) -> None:
         if policy not in PD_POLICY_NAMES:
             raise ValueError(f"unknown disaggregation policy {policy!r}; known: {', '.join(PD_POLICY_NAMES)}")
         if rejection not in REJECTION_MODES:
@@ -155,6 +155,9 @@ class PDScheduler:
         self.tbt_slo_s = tbt_slo_s
         self.threshold = float(kvcache_balancing_threshold)
         self.seed = seed
+        # False: the driver picks the decode instance itself when the prefill ends (the simulator), so
+        # decode views are only read when admission needs them
+        self.pick_decode = pick_decode
         self._rng = np.random.default_rng(seed)
         self._k = 0
 
@@ -208,7 +211,8 @@ class PDScheduler:
                 if ttft < est_ttft - 1e-12:
                     est_ttft, reuse, fetch, chosen = ttft, r, f, i
         predicted = self.rejection == "predictive"
-        decodes = view.decode_views(prompt_tokens, est_ttft if predicted else 0.0)
+        needs_decode = self.pick_decode or self.rejection in ("early", "predictive")
+        decodes = view.decode_views(prompt_tokens, est_ttft if predicted else 0.0) if needs_decode else []
         d = _best_decode(decodes, predicted)
         est_tbt = math.nan if d is None else (decodes[d].predicted_step_s if predicted else decodes[d].step_s)
         reject = ""

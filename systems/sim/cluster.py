@@ -159,6 +159,7 @@ class Cluster(InstanceHooks):
             raise ValueError("a colocated deployment needs a routing policy")
         self._current: Optional[SimRequest] = None
         self._memo: dict[tuple[int, int, int], float] = {}
+        self._view_instances: list[SimInstance] = []
         self._block_size = 0
         self.requests: list[SimRequest] = []
         self.samples: list[dict[str, Any]] = []
@@ -310,11 +311,43 @@ class Cluster(InstanceHooks):
     def prefill_views(self) -> list[PrefillView]:
         req = self._current
         assert req is not None
-        return [PrefillView(i.name, i.queued_work_s, self._local_tokens(i, req), i.outstanding)
-                for i in self._prefill_pool()]
+        candidates = self._candidates(req)
+        self._view_instances = candidates
+        return [PrefillView(i.name, i.queued_work_s, self._local_tokens(i, req), i.outstanding) for i in candidates]
+
+    def _candidates(self, req: SimRequest) -> list[SimInstance]:
+        """Prefill instances worth scoring for ``req``, in instance order.
+
+        For the cost-based policies, instances of one pool (one performance model) that hold none of the
+        request's prefix differ only in their queue, so only the one a policy could pick among them (the
+        shortest queue, then fewest outstanding, then lowest index) is scored, with every instance that
+        holds part of the prefix. Scoring stays O(1) per instance, but cheap: large clusters route fast."""
+        pool = self.by_role["prefill"]
+        scheduler = self.setup.scheduler
+        if scheduler is None or scheduler.policy in ("random", "round_robin") or len(pool) <= 4:
+            return pool
+        first = req.keys[0] if req.keys else None
+        # the policies' own tie-breaks: load_balancing (queue, outstanding, index); the others (queue, index)
+        by_outstanding = scheduler.policy == "load_balancing"
+        keep: list[SimInstance] = []
+        idle_best: dict[int, SimInstance] = {}
+        for inst in pool:
+            dram = self.dram[inst.index]
+            if first is not None and ((inst.hbm is not None and first in inst.hbm) or (dram is not None and first in dram)):
+                keep.append(inst)
+                continue
+            key = id(inst.perf)
+            best = idle_best.get(key)
+            if best is None or inst.queued_work_s < best.queued_work_s or (
+                    by_outstanding and inst.queued_work_s == best.queued_work_s and inst.outstanding < best.outstanding):
+                idle_best[key] = inst
+        keep.extend(idle_best.values())
+        keep.sort(key=lambda i: i.index)
+        return keep
 
     def _prefill_pool(self) -> list[SimInstance]:
-        return self.by_role["prefill"]
+        """The instances ``prefill_views`` last described (view index -> instance)."""
+        return self._view_instances
 
     def _local_tokens(self, inst: SimInstance, req: SimRequest) -> int:
         keys = req.keys

@@ -109,7 +109,8 @@ def build_setup(cfg: Any, plans: list[PoolPlan], perf: dict[str, PerfModel], see
                               f"{', '.join(PD_POLICY_NAMES)} (aliases: {', '.join(PD_ALIASES)})")
         scheduler = PDScheduler(name, rejection=engine.rejection,
                                 ttft_slo_s=_slo_s(cfg.slo.ttft_ms), tbt_slo_s=_slo_s(tbt),
-                                kvcache_balancing_threshold=engine.kvcache_balancing_threshold, seed=seed)
+                                kvcache_balancing_threshold=engine.kvcache_balancing_threshold, seed=seed,
+                                pick_decode=False)  # the simulator picks decode when the prefill ends
     kv_pool = KVPoolSetup()
     if system.name == "mooncake" and engine.kv_pool.dram_tokens_per_node > 0:
         try:

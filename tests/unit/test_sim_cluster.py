@@ -253,3 +253,24 @@ def test_decode_instances_under_kv_pressure_never_deadlock() -> None:
     recs, sim = run(setup, [spec(i, i * 0.01, 300 + 7 * (i % 5), 150) for i in range(120)])
     assert all(r.status == RequestStatus.OK and r.n_out == 150 for r in recs)
     assert sim.info["preemptions"] > 0
+
+
+@pytest.mark.parametrize("policy", ["conductor", "local_cache_aware", "load_balancing"])
+def test_scoring_only_useful_prefill_candidates_changes_nothing(policy: str, monkeypatch) -> None:
+    """Large pools score only prefix holders plus the best idle instance; the decisions must not change."""
+    rng = np.random.default_rng(3)
+    specs = [spec(i, float(t), int(n) * 100, int(o), tuple(int(x) for x in rng.integers(0, 4, int(n))))
+             for i, (t, n, o) in enumerate(zip(np.cumsum(rng.exponential(0.02, 300)), rng.integers(2, 12, 300),
+                                                rng.integers(1, 30, 300), strict=True))]
+
+    def setup() -> ClusterSetup:
+        perf = LinearPerf()
+        return ClusterSetup("mooncake", (PoolSetup("prefill", 8, SHAPE, perf, HW), PoolSetup("decode", 2, SHAPE, perf, HW)),
+                            LINK, scheduler=PDScheduler(policy, kvcache_balancing_threshold=1.5),
+                            kv_pool=KVPoolSetup(20_000, 100.0, LinkSpec("r", 100.0, 0.0, 1.0), 2))
+
+    pruned, _ = run(setup(), specs)
+    monkeypatch.setattr(Cluster, "_candidates", lambda self, req: self.by_role["prefill"])
+    full, _ = run(setup(), specs)
+    assert pruned == full
+    assert sum(r.cached_tokens > 0 for r in full) > 50
