@@ -208,7 +208,7 @@ class PDScheduler:
                     upto = glob.tokens
                 cost, r, f = self._reuse(view, i, prompt_tokens, p.local_prefix_tokens, upto)
                 ttft = p.queue_s + cost
-                if ttft < est_ttft - 1e-12:
+                if ttft < est_ttft:  # exact: equal estimates go to the first instance
                     est_ttft, reuse, fetch, chosen = ttft, r, f, i
         predicted = self.rejection == "predictive"
         needs_decode = self.pick_decode or self.rejection in ("early", "predictive")

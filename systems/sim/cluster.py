@@ -312,38 +312,29 @@ class Cluster(InstanceHooks):
         req = self._current
         assert req is not None
         candidates = self._candidates(req)
-        self._view_instances = candidates
-        return [PrefillView(i.name, i.queued_work_s, self._local_tokens(i, req), i.outstanding) for i in candidates]
+        self._view_instances = [inst for inst, _ in candidates]
+        return [PrefillView(i.name, i.queued_work_s, local, i.outstanding) for i, local in candidates]
 
-    def _candidates(self, req: SimRequest) -> list[SimInstance]:
-        """Prefill instances worth scoring for ``req``, in instance order.
+    def _candidates(self, req: SimRequest) -> list[tuple[SimInstance, int]]:
+        """(instance, local prefix tokens) of the prefill instances worth scoring for ``req``, in order.
 
-        For the cost-based policies, instances of one pool (one performance model) that hold none of the
-        request's prefix differ only in their queue, so only the one a policy could pick among them (the
-        shortest queue, then fewest outstanding, then lowest index) is scored, with every instance that
-        holds part of the prefix. Scoring stays O(1) per instance, but cheap: large clusters route fast."""
+        For the cost-based policies, instances of one pool (one performance model) that hold the same
+        length of the request's prefix differ only in their queue, so only the one the policy could pick
+        among them is scored (same HBM/DRAM split of it too; shortest queue, then, for load_balancing, fewest outstanding, then lowest
+        index: the policies' own tie-breaks). Decisions are identical to scoring every instance (tested)."""
         pool = self.by_role["prefill"]
         scheduler = self.setup.scheduler
         if scheduler is None or scheduler.policy in ("random", "round_robin") or len(pool) <= 4:
-            return pool
-        first = req.keys[0] if req.keys else None
-        # the policies' own tie-breaks: load_balancing (queue, outstanding, index); the others (queue, index)
+            return [(inst, self._local_tokens(inst, req)) for inst in pool]
         by_outstanding = scheduler.policy == "load_balancing"
-        keep: list[SimInstance] = []
-        idle_best: dict[int, SimInstance] = {}
-        for inst in pool:
-            dram = self.dram[inst.index]
-            if first is not None and ((inst.hbm is not None and first in inst.hbm) or (dram is not None and first in dram)):
-                keep.append(inst)
-                continue
-            key = id(inst.perf)
-            best = idle_best.get(key)
-            if best is None or inst.queued_work_s < best.queued_work_s or (
-                    by_outstanding and inst.queued_work_s == best.queued_work_s and inst.outstanding < best.outstanding):
-                idle_best[key] = inst
-        keep.extend(idle_best.values())
-        keep.sort(key=lambda i: i.index)
-        return keep
+        best: dict[tuple[int, int], SimInstance] = {}
+        for inst in pool:  # loading cost depends on how much of the local prefix is in HBM rather than DRAM
+            key = (id(inst.perf), self._local_tokens(inst, req), self._hbm_tokens(inst, req))
+            other = best.get(key)
+            if other is None or inst.queued_work_s < other.queued_work_s or (
+                    by_outstanding and inst.queued_work_s == other.queued_work_s and inst.outstanding < other.outstanding):
+                best[key] = inst
+        return sorted(((inst, key[1]) for key, inst in best.items()), key=lambda c: c[0].index)
 
     def _prefill_pool(self) -> list[SimInstance]:
         """The instances ``prefill_views`` last described (view index -> instance)."""

@@ -338,6 +338,8 @@ class SimInstance:
             self.prefilling.remove(req)
             self.queued_work_s -= req.est_work_s
             self.queued_tokens -= req.ctx_target
+            if not self.waiting and not self.prefilling:
+                self.queued_work_s = 0.0  # no float drift on an empty queue: idle instances tie exactly
             if self.hbm is not None and req.keys:
                 self.hbm.touch(req.keys)
             req.generated += 1

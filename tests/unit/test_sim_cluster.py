@@ -270,7 +270,8 @@ def test_scoring_only_useful_prefill_candidates_changes_nothing(policy: str, mon
                             kv_pool=KVPoolSetup(20_000, 100.0, LinkSpec("r", 100.0, 0.0, 1.0), 2))
 
     pruned, _ = run(setup(), specs)
-    monkeypatch.setattr(Cluster, "_candidates", lambda self, req: self.by_role["prefill"])
+    monkeypatch.setattr(Cluster, "_candidates",
+                        lambda self, req: [(i, self._local_tokens(i, req)) for i in self.by_role["prefill"]])
     full, _ = run(setup(), specs)
     assert pruned == full
     assert sum(r.cached_tokens > 0 for r in full) > 50
