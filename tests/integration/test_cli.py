@@ -85,12 +85,12 @@ def test_missing_required_value_names_key_and_leaves_failed_summary(tmp_path):
 
 
 def test_unshipped_engine_is_a_clear_failure(tmp_path):
-    proc = run_harness(["workload.num_groups=2", "workload.prompts_per_group=2"], tmp_path)
+    proc = run_harness(["engine=sglang", "workload.num_groups=2", "workload.prompts_per_group=2"], tmp_path)
     assert proc.returncode != 0
-    assert "engine=sim" in proc.stderr
+    assert "engine=sglang" in proc.stderr
     (job,) = job_dirs(tmp_path)
     summary = json.loads((job / "summary.json").read_text())
-    assert summary["status"] == "failed" and "engine=sim" in summary["reason"]
+    assert summary["status"] == "failed" and "engine=sglang" in summary["reason"]
 
 
 def test_show_resolved_config(tmp_path):
