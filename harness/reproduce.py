@@ -20,13 +20,13 @@ log = logging.getLogger("harness.reproduce")
 # (experiment, what it reproduces, typical minutes on a 2-core machine)
 EXPERIMENTS: tuple[tuple[str, str, float], ...] = (
     ("mooncake_cache_hit", "Mooncake prefix-cache hit rate vs capacity, global vs local pool", 0.1),
-    ("mooncake_scheduling", "Mooncake: average TTFT of four scheduling policies", 0.5),
-    ("mooncake_rejection", "Mooncake: early rejection under 2x overload", 1.0),
-    ("mooncake_capacity", "Mooncake vs vLLM: effective request capacity at TBT 100/200/300 ms", 3.0),
-    ("distserve_slo_attainment", "DistServe-style SLO attainment vs per-GPU rate, four systems", 1.5),
-    ("distserve_pareto", "TTFT-TPOT trade-off over P:D splits and batch limits", 0.7),
+    ("mooncake_scheduling", "Mooncake: average TTFT of four scheduling policies", 0.4),
+    ("mooncake_rejection", "Mooncake: early rejection under 2x overload", 0.7),
+    ("mooncake_capacity", "Mooncake vs vLLM: effective request capacity at TBT 100/200/300 ms", 2.4),
+    ("distserve_slo_attainment", "DistServe-style SLO attainment vs per-GPU rate, four systems", 1.3),
+    ("distserve_pareto", "TTFT-TPOT trade-off over P:D splits and batch limits", 0.5),
     ("distserve_placement", "DistServe placement search for OPT-13B on 4 A100", 0.1),
-    ("splitwise_provisioning", "Splitwise throughput per $ and per W, iso-cost and iso-power", 1.5),
+    ("splitwise_provisioning", "Splitwise throughput per $ and per W, iso-cost and iso-power", 0.8),
 )
 
 
