@@ -20,7 +20,6 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable
 from typing import Optional
 
 import numpy as np
@@ -72,7 +71,7 @@ class SimInstance:
         self.pending_ctx = 0  # context tokens of the pending requests
         self.running: dict[int, SimRequest] = {}
         self._finish_heap: list[tuple[int, int, SimRequest]] = []
-        self.S = 0  # context tokens of the running sequences
+        self.running_ctx = 0  # context tokens of the running sequences
         self.reserved = 0  # KV tokens reserved by prefills in progress and finished prefills not yet handed off
         self.diter = 0  # decode iterations completed
         self._tl_chunks: list[np.ndarray] = []
@@ -98,12 +97,12 @@ class SimInstance:
 
     @property
     def kv_used(self) -> int:
-        return self.S + self.reserved
+        return self.running_ctx + self.reserved
 
     def step_estimate_s(self, extra_seqs: int = 0, extra_ctx: int = 0) -> float:
         """Estimated decode step with ``extra_seqs`` more sequences of ``extra_ctx`` context in all."""
         b = len(self.running) + len(self.pending) + extra_seqs
-        return float(self.perf.decode_step_time_s(b, self.S + self.pending_ctx + extra_ctx)) if b > 0 else 0.0
+        return float(self.perf.decode_step_time_s(b, self.running_ctx + self.pending_ctx + extra_ctx)) if b > 0 else 0.0
 
     def finishing_within(self, steps: float) -> tuple[int, int]:
         """(sequences, their context tokens) of running sequences that finish within ``steps`` iterations."""
@@ -162,7 +161,7 @@ class SimInstance:
                 self.hooks.on_failed(self, req, now, f"context of {need} tokens exceeds the KV capacity of "
                                      f"{self.name} ({self.capacity} tokens)")
                 continue
-            if self.S + self.reserved + need > self.capacity:
+            if self.running_ctx + self.reserved + need > self.capacity:
                 break
             pending.popleft()
             self.pending_ctx -= need
@@ -171,14 +170,14 @@ class SimInstance:
 
     def _preempt_for_growth(self, now: float) -> None:
         running = self.running
-        while running and self.S + self.reserved + len(running) > self.capacity:
+        while running and self.running_ctx + self.reserved + len(running) > self.capacity:
             rid = next(reversed(running))
             req = running.pop(rid)
             done = self.diter - req.join_diter
             if done:
                 req.ranges.append((self, req.join_diter, done))
             req.generated += done
-            self.S -= req.base_ctx + done
+            self.running_ctx -= req.base_ctx + done
             req.finish_diter = -1
             req.recomputing = True
             req.preemptions += 1
@@ -194,7 +193,7 @@ class SimInstance:
         False when the KV cache cannot take it now (it stays at the head, FCFS) or it can never fit
         (it fails and leaves the queue)."""
         need = req.ctx_target
-        if self.S + self.reserved + need > self.capacity:
+        if self.running_ctx + self.reserved + need > self.capacity:
             if need > self.capacity:
                 self.waiting.popleft()
                 self.queued_work_s -= req.est_work_s
@@ -263,7 +262,7 @@ class SimInstance:
                 p = req.computed
                 tok += c
                 sq += float(p + c) ** 2 - float(p) ** 2
-            dur = self.perf.mixed_step_time_s(tok, sq, len(chunks), b, self.S) if b else \
+            dur = self.perf.mixed_step_time_s(tok, sq, len(chunks), b, self.running_ctx) if b else \
                 self.perf.prefill_time_s(tok, sq, len(chunks))
             self.busy = True
             self._chunks = chunks
@@ -282,12 +281,12 @@ class SimInstance:
             heapq.heappop(heap)
         b = len(self.running)
         n = heap[0][0] - self.diter if heap else SEGMENT_CAP
-        room = self.capacity - self.S - self.reserved
+        room = self.capacity - self.running_ctx - self.reserved
         n = max(1, min(n, room // b if b else n, SEGMENT_CAP))
         if n == 1:
-            ends = np.array([now + float(self.perf.decode_step_time_s(b, self.S))])
+            ends = np.array([now + float(self.perf.decode_step_time_s(b, self.running_ctx))])
         else:
-            ctx = self.S + b * np.arange(n, dtype=np.float64)
+            ctx = self.running_ctx + b * np.arange(n, dtype=np.float64)
             ends = now + np.cumsum(self.perf.decode_step_time_s(b, ctx))
         self.busy = True
         self._seg_start = now
@@ -310,7 +309,7 @@ class SimInstance:
         b = len(self.running)
         self.busy_s += now - self._seg_start
         self.diter += n
-        self.S += b * n
+        self.running_ctx += b * n
         self.decode_tokens += b * n
         self._seg_ends = None
         self._finish_due(now)
@@ -324,7 +323,7 @@ class SimInstance:
         if b:
             self._tl_buf.append(now)
             self.diter += 1
-            self.S += b
+            self.running_ctx += b
             self.decode_tokens += b
             self._finish_due(now)
         done: list[SimRequest] = []
@@ -364,7 +363,7 @@ class SimInstance:
             del self.running[req.spec.request_id]
             count = fd - req.join_diter
             req.ranges.append((self, req.join_diter, count))
-            self.S -= req.base_ctx + (diter - req.join_diter)
+            self.running_ctx -= req.base_ctx + (diter - req.join_diter)
             req.generated += count
             req.finish_diter = -1
             self._finish(req, now)
@@ -380,7 +379,7 @@ class SimInstance:
         req.join_diter = self.diter
         req.finish_diter = self.diter + (req.out_len - req.generated)
         req.decode_instance = self.name
-        self.S += req.base_ctx
+        self.running_ctx += req.base_ctx
         self.running[req.spec.request_id] = req
         heapq.heappush(self._finish_heap, (req.finish_diter, req.spec.request_id, req))
 
@@ -408,5 +407,3 @@ class SimInstance:
             self._timeline = np.concatenate(parts) if parts else np.zeros(0)
         return self._timeline[first:first + count]
 
-
-HookFactory = Callable[[], InstanceHooks]
