@@ -20,7 +20,7 @@ Decision, for a request with chained block hashes ``h_0..h_{n-1}``:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Optional
 
 from systems.policies.base import InstanceLoad, RouteRequest, RoutingPolicy, TieBreaker, least_outstanding
@@ -31,14 +31,18 @@ _SCORE_TOL = 1e-9
 
 
 class BlockLRU:
-    """A set of block hashes with least-recently-recorded eviction at ``capacity`` blocks (``None``: unbounded)."""
+    """A set of block hashes with least-recently-recorded eviction at ``capacity`` blocks (``None``: unbounded).
 
-    __slots__ = ("_blocks", "capacity")
+    ``on_evict`` (optional) is told every evicted hash; the simulator uses it to track which nodes hold a block.
+    """
 
-    def __init__(self, capacity: Optional[int] = None) -> None:
+    __slots__ = ("_blocks", "capacity", "on_evict")
+
+    def __init__(self, capacity: Optional[int] = None, on_evict: Optional[Callable[[int], None]] = None) -> None:
         if capacity is not None and capacity <= 0:
             raise ValueError(f"capacity must be positive or None, got {capacity}")
         self.capacity = capacity
+        self.on_evict = on_evict
         self._blocks: OrderedDict[int, None] = OrderedDict()
 
     def __len__(self) -> int:
@@ -66,8 +70,11 @@ class BlockLRU:
             else:
                 blocks[h] = None
         if self.capacity is not None:
+            on_evict = self.on_evict
             while len(blocks) > self.capacity:
-                blocks.popitem(last=False)
+                evicted, _ = blocks.popitem(last=False)
+                if on_evict is not None:
+                    on_evict(evicted)
 
 
 class CacheAwarePolicy(RoutingPolicy):

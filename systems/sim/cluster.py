@@ -31,8 +31,8 @@ from typing import Any, Optional
 from harness.config import HardwareConfig
 from harness.records import RequestRecord, RequestSpec, RequestStatus
 from systems.policies.base import InstanceLoad, RouteRequest, RoutingPolicy
+from systems.policies.cache_aware import BlockLRU
 from systems.policies.pd import DecodeView, PDScheduler, PrefillView, PrefixSource, decode_overloaded
-from systems.sim.block_cache import LRUBlockCache
 from systems.sim.events import PRIO_ARRIVAL, PRIO_SAMPLE, PRIO_TRANSFER, EventQueue
 from systems.sim.instance import InstanceHooks, SimInstance
 from systems.sim.keys import request_keys
@@ -128,19 +128,16 @@ class Cluster(InstanceHooks):
         self.instances: list[SimInstance] = []
         self.by_role: dict[str, list[SimInstance]] = {r: [] for r in ROLES}
         self.nics: list[FifoLink] = []
-        self.dram: list[Optional[LRUBlockCache]] = []
+        self.dram: list[Optional[BlockLRU]] = []
         self._holders: Counter[int] = Counter()
         self._remote_reads: Counter[int] = Counter()
         pool = setup.kv_pool
         for p in setup.pools:
             for k in range(p.count):
                 index = len(self.instances)
-                hbm = None
-                if setup.prefix_caching:
-                    hbm = LRUBlockCache(0)  # sized below, once the block size is known
                 inst = SimInstance(index, f"{p.role[0].upper()}{k}", p.role, p.shape, p.perf, self.loop, self,
                                    setup.max_num_batched_tokens, setup.max_num_seqs,
-                                   setup.chunked_prefill or p.role == "prefill", hbm)
+                                   setup.chunked_prefill or p.role == "prefill")
                 inst.role_index = k
                 self.instances.append(inst)
                 self.by_role[p.role].append(inst)
@@ -170,11 +167,12 @@ class Cluster(InstanceHooks):
     def _size_caches(self, block_size: int) -> None:
         self._block_size = block_size
         pool = self.setup.kv_pool
-        for i, inst in enumerate(self.instances):
-            if inst.hbm is not None:
-                inst.hbm.capacity = max(inst.capacity // block_size, 0)
-            if self.has_pool:
-                self.dram[i] = LRUBlockCache(pool.dram_tokens_per_node // block_size, on_evict=self._dram_evicted)
+        for i, inst in enumerate(self.instances):  # a cache smaller than one block holds nothing: none at all
+            hbm_blocks = inst.capacity // block_size
+            inst.hbm = BlockLRU(hbm_blocks) if self.setup.prefix_caching and hbm_blocks > 0 else None
+            dram_blocks = pool.dram_tokens_per_node // block_size
+            if self.has_pool and dram_blocks > 0:
+                self.dram[i] = BlockLRU(dram_blocks, on_evict=self._dram_evicted)
 
     def _dram_evicted(self, key: int) -> None:
         self._holders[key] -= 1
@@ -466,15 +464,15 @@ class Cluster(InstanceHooks):
                 self._dram_insert(dram, hot)
                 self.counters["replicated_blocks"] += len(hot)
         if inst.hbm is not None:
-            inst.hbm.touch(req.keys[: reuse // bs])
+            inst.hbm.record(req.keys[: reuse // bs])
         return t
 
-    def _dram_insert(self, dram: LRUBlockCache, keys: Sequence[int]) -> None:
+    def _dram_insert(self, dram: BlockLRU, keys: Sequence[int]) -> None:
         holders = self._holders
         for key in keys:
             if key not in dram:
                 holders[key] += 1
-        dram.touch(keys)
+        dram.record(keys)
 
     # -- instance hooks ---------------------------------------------------------------------------
     def on_prefill_done(self, inst: SimInstance, req: SimRequest, now: float) -> None:

@@ -25,7 +25,7 @@ from typing import Optional
 import numpy as np
 
 from harness.records import RequestStatus
-from systems.sim.block_cache import LRUBlockCache
+from systems.policies.cache_aware import BlockLRU
 from systems.sim.events import PRIO_ITERATION, EventQueue
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.request import SimRequest
@@ -51,7 +51,7 @@ class SimInstance:
 
     def __init__(self, index: int, name: str, role: str, shape: InstanceShape, perf: PerfModel, loop: EventQueue,
                  hooks: InstanceHooks, max_num_batched_tokens: int, max_num_seqs: int, chunked_prefill: bool,
-                 hbm_cache: Optional[LRUBlockCache]) -> None:
+                 hbm_cache: Optional[BlockLRU] = None) -> None:
         self.index = index
         self.role_index = 0  # position among the instances of its role
         self.name = name
@@ -63,7 +63,7 @@ class SimInstance:
         self.budget = max_num_batched_tokens
         self.max_seqs = max_num_seqs
         self.chunked = chunked_prefill
-        self.hbm = hbm_cache
+        self.hbm = hbm_cache  # prefix cache; the cluster sizes it once the block size is known
         self.capacity = int(perf.kv_capacity_tokens)
         self.waiting: deque[SimRequest] = deque()  # prefill work not started (new prompts, preempted sequences)
         self.prefilling: list[SimRequest] = []  # prefills started (KV reserved), in start order
@@ -340,7 +340,7 @@ class SimInstance:
             if not self.waiting and not self.prefilling:
                 self.queued_work_s = 0.0  # no float drift on an empty queue: idle instances tie exactly
             if self.hbm is not None and req.keys:
-                self.hbm.touch(req.keys)
+                self.hbm.record(req.keys)
             req.generated += 1
             req.token_times.append(now)
             if req.recomputing:
