@@ -62,6 +62,15 @@ def search_dirs(data_dir: Optional[str] = None) -> list[Path]:
     return dedupe_paths(candidates)
 
 
+def first_file(dirs: list[Path], relpath: str | Path) -> Optional[Path]:
+    """``dir / relpath`` for the first of ``dirs`` where that is a file, else None."""
+    for directory in dirs:
+        candidate = directory / relpath
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def dedupe_paths(candidates: list[Path]) -> list[Path]:
     """``candidates`` in order, each directory once (compared after resolving links and ``..``)."""
     unique: list[Path] = []
@@ -97,11 +106,10 @@ def resolve_trace_path(file: str, data_dir: Optional[str] = None) -> Path:
             searched=[],
         )
     dirs = search_dirs(data_dir)
-    for directory in dirs:
-        candidate = directory / path
-        if candidate.is_file():
-            logger.debug("trace %s resolved to %s", file, candidate)
-            return candidate
+    found = first_file(dirs, path)
+    if found is not None:
+        logger.debug("trace %s resolved to %s", file, found)
+        return found
     listing = "; ".join(str(d) for d in dirs)
     raise TraceNotFoundError(
         f"trace file {file!r} not found in any data directory (searched, in order: {listing}); "

@@ -87,7 +87,6 @@ class SimInstance:
         self.queued_tokens = 0
         self.busy_s = 0.0  # time spent in iterations
         self.prefill_tokens_computed = 0
-        self.decode_tokens = 0
         self.preemptions = 0
 
     # -- load views -------------------------------------------------------------------------------
@@ -121,7 +120,6 @@ class SimInstance:
             self.waiting.appendleft(req)
         else:
             self.waiting.append(req)
-        req.enqueued_s = now
         self.queued_work_s += req.est_work_s
         self.queued_tokens += req.ctx_target
         self._wake(now)
@@ -310,7 +308,6 @@ class SimInstance:
         self.busy_s += now - self._seg_start
         self.diter += n
         self.running_ctx += b * n
-        self.decode_tokens += b * n
         self._seg_ends = None
         self._finish_due(now)
         self.busy = False
@@ -324,7 +321,6 @@ class SimInstance:
             self._tl_buf.append(now)
             self.diter += 1
             self.running_ctx += b
-            self.decode_tokens += b
             self._finish_due(now)
         done: list[SimRequest] = []
         for req, c in self._chunks:

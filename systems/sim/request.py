@@ -17,10 +17,10 @@ class SimRequest:
     __slots__ = (
         "spec", "keys", "prompt", "out_len", "status", "error",
         "ctx_target", "computed", "cached_tokens", "reserved", "fetched_tokens", "fetch_s",
-        "enqueued_s", "prefill_start_s", "prefill_end_s", "first_token_s", "finish_s", "est_work_s",
+        "prefill_start_s", "prefill_end_s", "first_token_s", "finish_s", "est_work_s",
         "generated", "base_ctx", "join_diter", "finish_diter", "decode_instance", "prefill_instance",
         "ranges", "token_times", "kv_transfer_s", "kv_transfer_bytes", "preemptions", "decode_start_s",
-        "prefill_compute_s", "recomputing",
+        "recomputing",
     )
 
     def __init__(self, spec: RequestSpec, keys: tuple[int, ...]) -> None:
@@ -36,7 +36,6 @@ class SimRequest:
         self.reserved = 0  # KV tokens reserved on the instance doing the prefill
         self.fetched_tokens = 0
         self.fetch_s = 0.0
-        self.enqueued_s = NAN
         self.prefill_start_s = NAN
         self.prefill_end_s = NAN
         self.first_token_s = NAN
@@ -54,7 +53,6 @@ class SimRequest:
         self.kv_transfer_bytes = 0.0
         self.preemptions = 0
         self.decode_start_s = NAN
-        self.prefill_compute_s = 0.0
         self.recomputing = False
 
     def to_record(self) -> RequestRecord:

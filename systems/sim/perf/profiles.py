@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Optional
 
-from workloads.datadir import dedupe_paths
+from workloads.datadir import dedupe_paths, first_file
 
 logger = logging.getLogger(__name__)
 
@@ -70,11 +70,10 @@ def upstream_hint(relpath: str) -> str:
 def find_profile(relpath: str, profiles_dir: Optional[str | os.PathLike[str]] = None) -> Path:
     """The path of profile ``relpath`` (e.g. ``splitwise_sim/perf_model.csv``): the first directory holding it."""
     dirs = search_dirs(profiles_dir)
-    for directory in dirs:
-        candidate = directory / relpath
-        if candidate.is_file():
-            logger.debug("profile %s resolved to %s", relpath, candidate)
-            return candidate
+    found = first_file(dirs, relpath)
+    if found is not None:
+        logger.debug("profile %s resolved to %s", relpath, found)
+        return found
     listing = "; ".join(str(d) for d in dirs)
     raise ProfileNotFoundError(
         f"performance profile {relpath!r} not found (searched, in order: {listing}); {upstream_hint(relpath)}. "
