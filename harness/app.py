@@ -27,6 +27,7 @@ from harness.results import CONFIG_FILE, RunFolder
 from harness.serve_job import run_serve
 from harness.studies.cache_hit import run_cache_study
 from harness.studies.dispatch import run_sim_study
+from harness.studies.real_compare import run_compare
 from harness.tracking import publish
 from harness.workload_job import run_workload
 
@@ -37,6 +38,7 @@ JOB_RUNNERS: Mapping[str, Callable[[Config, RunFolder], JobResult]] = MappingPro
     "cache_study": run_cache_study,
     "workload": run_workload,
     "sim_study": run_sim_study,
+    "compare": run_compare,
 })
 
 

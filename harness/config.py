@@ -22,7 +22,7 @@ from harness.validity import ValidityConfig
 from workloads.config import AzureTraceConfig, MooncakeTraceConfig, SharedPrefixConfig
 
 SYSTEMS = ("vllm_baseline", "mooncake", "distserve", "splitwise")
-JOBS = ("serve", "cache_study", "workload", "sim_study")
+JOBS = ("serve", "cache_study", "workload", "sim_study", "compare")
 
 
 class ConfigError(ValueError):

@@ -6,6 +6,7 @@ servers through the suite's load generator, configured by ``engine.load``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -133,6 +134,48 @@ class RealEngineConfig(EngineConfig):
 
 
 @dataclass
+class VllmRoleConfig:
+    """Resources of every vLLM instance of one role in a disaggregated deployment."""
+
+    cores: Optional[str] = None  # CPU: VLLM_CPU_OMP_THREADS_BIND, e.g. "0" or "0-1"; None: the default layout
+    nice: Optional[int] = None  # CPU: the instances' nice value; None: engine.server_nice
+    hardware: Optional[str] = None  # a conf/hardware name for the price/power table; None: the run's hardware
+
+
+@dataclass
+class VllmKVPoolConfig:
+    """The Mooncake Store pool of ``system=mooncake``: ``mooncake_master`` plus pool nodes on 127.0.0.1."""
+
+    pool_nodes: int = 1  # processes that contribute DRAM to the pool (0: the prefill instances do, embedded)
+    segment_size: str = "256MB"  # per pool node
+    instance_segment_size: str = "256MB"  # per prefill instance when pool_nodes is 0 (embedded mode)
+    local_buffer_size: str = "64MB"
+    lookup_async: bool = True  # the store lookup never blocks the engine (decoding goes on when the master is down)
+    load_failure_policy: str = "recompute"  # recompute | fail: what a prefill does when a pool read fails
+    master_binary: str = "mooncake_master"  # found next to the Python interpreter or on PATH
+    query_timeout_s: float = 0.5  # the router's existence check gives up after this
+
+    def __post_init__(self) -> None:
+        if self.pool_nodes < 0:
+            raise EngineConfigError(f"engine.kv_pool.pool_nodes: must be >= 0, got {self.pool_nodes}")
+        if self.load_failure_policy not in ("recompute", "fail"):
+            raise EngineConfigError(f"engine.kv_pool.load_failure_policy: expected recompute or fail, got "
+                                    f"{self.load_failure_policy!r}")
+        _positive("kv_pool.query_timeout_s", self.query_timeout_s)
+
+
+@dataclass
+class VllmRouterEstimatesConfig:
+    """Starting values of the disaggregating router's cost model (refined online; see systems/router/conductor_view.py)."""
+
+    prefill_overhead_s: float = 0.02
+    prefill_s_per_token: float = 2e-4
+    decode_step_s: float = 0.02
+    decode_step_s_per_seq: float = 0.002
+    pool_bytes_per_s: float = 5e8  # Mooncake TCP on loopback moved 0.5-0.9 GB/s here (DESIGN.md)
+
+
+@dataclass
 class VllmEngineConfig(RealEngineConfig):
     """vLLM servers started by the suite on 127.0.0.1 (vllm-cpu on CPU hosts, vllm on GPU hosts)."""
 
@@ -148,6 +191,18 @@ class VllmEngineConfig(RealEngineConfig):
     gpu_memory_utilization: float = 0.9
     kv_block_size: int = 128  # the engine's KV block (128 on vllm-cpu); cache-aware routing hashes in these
     extra_args: list[str] = field(default_factory=list)  # appended to every server command line
+    # -- disaggregated systems (distserve, mooncake, splitwise) --------------------------------------------
+    kv_connector: str = "auto"  # auto | mooncake | nixl: the prefill->decode connector (auto: mooncake)
+    kv_protocol: str = "auto"  # auto: tcp on CPU hosts, rdma on GPU hosts (Mooncake transfer engine)
+    max_instances: int = 5  # CPU: vLLM instances one deployment may start (about 3 GiB each)
+    prefill: VllmRoleConfig = field(default_factory=VllmRoleConfig)
+    decode: VllmRoleConfig = field(default_factory=VllmRoleConfig)
+    mixed: VllmRoleConfig = field(default_factory=VllmRoleConfig)  # Splitwise's mixed pool
+    kv_pool: VllmKVPoolConfig = field(default_factory=VllmKVPoolConfig)
+    rejection: str = "none"  # none | baseline | early | predictive (the router answers 429)
+    kvcache_balancing_threshold: float = 2.0  # Conductor: fetch from the pool when it holds this many times the local match
+    mixed_overflow_outstanding: int = 2  # Splitwise: prompts go to the mixed pool when every prompt instance has this many in flight
+    router_estimates: VllmRouterEstimatesConfig = field(default_factory=VllmRouterEstimatesConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -160,14 +215,121 @@ class VllmEngineConfig(RealEngineConfig):
             _positive("max_model_len", self.max_model_len)
         if not 0 < self.gpu_memory_utilization <= 1:
             raise EngineConfigError(f"engine.gpu_memory_utilization: must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.kv_connector not in ("auto", "mooncake", "nixl"):
+            raise EngineConfigError(f"engine.kv_connector: expected auto, mooncake or nixl, got {self.kv_connector!r}")
+        if self.kv_protocol not in ("auto", "tcp", "rdma"):
+            raise EngineConfigError(f"engine.kv_protocol: expected auto, tcp or rdma, got {self.kv_protocol!r}")
+        if self.rejection not in ("none", "baseline", "early", "predictive"):
+            raise EngineConfigError(f"engine.rejection: expected none, baseline, early or predictive, got {self.rejection!r}")
+        if self.kvcache_balancing_threshold < 1:
+            raise EngineConfigError(f"engine.kvcache_balancing_threshold: must be >= 1, got {self.kvcache_balancing_threshold}")
+        for key in ("max_instances", "mixed_overflow_outstanding"):
+            _positive(key, getattr(self, key))
+
+
+_SGLANG_SIZE_RE = re.compile(r"^\s*\d+\s*(b|kb|mb|gb|tb)?\s*$", re.IGNORECASE)
+_SGLANG_CHOICES = {
+    "transfer_backend": ("mooncake", "nixl"),
+    "transfer_protocol": ("rdma", "tcp"),
+    "router_policy": ("random", "round_robin", "cache_aware", "power_of_two"),
+    "hicache.storage_backend": ("mooncake", "file"),
+    "hicache.write_policy": ("write_through", "write_back", "write_through_selective"),
+    "hicache.mem_layout": ("layer_first", "page_first", "page_first_direct"),
+    "hicache.io_backend": ("kernel", "direct"),
+    "hicache.prefetch_policy": ("best_effort", "wait_complete", "timeout"),
+    "hicache.protocol": ("rdma", "tcp"),
+}
+
+
+def _sglang_choice(key: str, value: Optional[str], nullable: bool = False) -> None:
+    if nullable and value is None:
+        return
+    allowed = _SGLANG_CHOICES[key]
+    if value not in allowed:
+        extra = " or null" if nullable else ""
+        raise EngineConfigError(f"engine.{key}: expected one of {', '.join(allowed)}{extra}, got {value!r}")
+
+
+@dataclass
+class SglangHiCacheConfig:
+    """SGLang HiCache: GPU KV (L1) + host memory (L2) + a storage backend (L3), e.g. Mooncake Store.
+
+    With ``storage_backend: mooncake`` the deployment starts ``mooncake_master`` on 127.0.0.1 and every
+    server contributes ``global_segment_size`` of its host memory to the shared pool.
+    """
+
+    enabled: bool = False
+    ratio: float = 2.0  # host KV pool / GPU KV pool (must be > 1)
+    storage_backend: Optional[str] = "mooncake"  # mooncake | file | null (L1 + L2 only)
+    write_policy: str = "write_through"  # write_through | write_back | write_through_selective
+    mem_layout: str = "page_first"  # layer_first | page_first | page_first_direct
+    io_backend: str = "kernel"  # kernel | direct
+    prefetch_policy: str = "best_effort"  # best_effort | wait_complete | timeout
+    decode_offload: bool = False  # PD: decode servers offload finished KV to the L3 store too
+    global_segment_size: str = "4gb"  # Mooncake: host memory each server adds to the pool (bytes or <n>gb/mb)
+    protocol: Optional[str] = None  # Mooncake: rdma | tcp; null: engine.transfer_protocol
+    device: Optional[str] = None  # Mooncake RDMA device(s); null: engine.ib_device
+
+    def __post_init__(self) -> None:
+        if not self.ratio > 1:
+            raise EngineConfigError(f"engine.hicache.ratio: must be > 1 (host pool larger than the GPU pool), "
+                                    f"got {self.ratio}")
+        _sglang_choice("hicache.storage_backend", self.storage_backend, nullable=True)
+        for key in ("write_policy", "mem_layout", "io_backend", "prefetch_policy"):
+            _sglang_choice(f"hicache.{key}", getattr(self, key))
+        _sglang_choice("hicache.protocol", self.protocol, nullable=True)
+        size = str(self.global_segment_size)
+        if not _SGLANG_SIZE_RE.match(size) or not any(c in "123456789" for c in size):
+            raise EngineConfigError(f"engine.hicache.global_segment_size: expected bytes > 0 or '<n>gb' / '<n>mb', "
+                                    f"got {self.global_segment_size!r}")
+        if self.decode_offload and self.storage_backend is None:
+            raise EngineConfigError("engine.hicache.decode_offload: decode servers offload to an L3 store; "
+                                    "set engine.hicache.storage_backend (mooncake or file)")
 
 
 @dataclass
 class SglangEngineConfig(RealEngineConfig):
-    """SGLang servers (GPU hosts only)."""
+    """SGLang servers (GPU hosts only): PD disaggregation over Mooncake or NIXL behind ``sglang_router``,
+    or colocated servers; optional HiCache with Mooncake Store as L3. See docs/sglang.md."""
 
     startup_timeout_s: float = 900.0
-    extra_args: list[str] = field(default_factory=list)
+    tensor_parallel_size: int = 1  # GPUs per server; server i gets its own block of tp GPUs
+    transfer_backend: str = "mooncake"  # PD KV transfer: mooncake | nixl
+    transfer_protocol: str = "rdma"  # Mooncake transfer engine: rdma | tcp (tcp: hosts without RDMA NICs)
+    ib_device: Optional[str] = None  # --disaggregation-ib-device, e.g. mlx5_0; null: Mooncake auto-detects
+    mem_fraction_static: Optional[float] = None  # null: SGLang's default for the GPU
+    page_size: int = 64  # KV page in tokens (equal on prefill and decode; HiCache guides use 64)
+    context_length: Optional[int] = None  # null: model.max_model_len
+    chunked_prefill_size: Optional[int] = None  # null: SGLang's default; -1 disables chunked prefill
+    max_running_requests: Optional[int] = None  # null: SGLang sizes it from the KV pool
+    bootstrap_port_base: Optional[int] = None  # prefill i bootstraps on base + i; null: free ports
+    router_policy: Optional[str] = None  # random | round_robin | cache_aware | power_of_two; null: from system.router
+    hicache: SglangHiCacheConfig = field(default_factory=SglangHiCacheConfig)
+    kv_block_size: Optional[int] = None  # cache-aware routing / hit prediction block; null: page_size
+    extra_args: list[str] = field(default_factory=list)  # appended to every server command line
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("startup_timeout_s", "tensor_parallel_size", "page_size"):
+            _positive(key, getattr(self, key))
+        for key in ("context_length", "max_running_requests", "kv_block_size"):
+            if getattr(self, key) is not None:
+                _positive(key, getattr(self, key))
+        _sglang_choice("transfer_backend", self.transfer_backend)
+        _sglang_choice("transfer_protocol", self.transfer_protocol)
+        _sglang_choice("router_policy", self.router_policy, nullable=True)
+        if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
+            raise EngineConfigError(f"engine.mem_fraction_static: must be in (0, 1) or null, got {self.mem_fraction_static}")
+        if self.chunked_prefill_size is not None and self.chunked_prefill_size != -1 and self.chunked_prefill_size < 1:
+            raise EngineConfigError(f"engine.chunked_prefill_size: must be >= 1, -1 (disabled) or null, "
+                                    f"got {self.chunked_prefill_size}")
+        if self.bootstrap_port_base is not None and not 1024 <= self.bootstrap_port_base <= 65000:
+            raise EngineConfigError(f"engine.bootstrap_port_base: must be in 1024..65000 or null, got {self.bootstrap_port_base}")
+        if self.ib_device is not None and self.transfer_backend != "mooncake":
+            raise EngineConfigError("engine.ib_device: applies to engine.transfer_backend=mooncake only "
+                                    "(NIXL picks devices through UCX_NET_DEVICES)")
+        if not isinstance(self.extra_args, list | tuple) or not all(isinstance(a, str) for a in self.extra_args):
+            raise EngineConfigError(f"engine.extra_args: expected a list of strings, got {self.extra_args!r}")
 
 
 @dataclass

@@ -16,9 +16,7 @@ from harness.records import RequestRecord
 from harness.results import RunFolder
 from workloads.base import WorkloadRequests
 
-NOT_SHIPPED: dict[str, str] = {
-    "sglang": "SGLang launch on GPU hosts (issue #5)",
-}
+NOT_SHIPPED: dict[str, str] = {}
 
 
 class EngineUnavailableError(RuntimeError):
@@ -70,10 +68,14 @@ def open_deployment(cfg: Any, folder: RunFolder) -> AbstractContextManager[Deplo
 
         return VllmBaselineDeployment(cfg, folder)
     if engine == "vllm":
-        raise EngineUnavailableError(
-            f"system={system} engine=vllm: real disaggregated deployments land with issue #5; "
-            "this version runs system=vllm_baseline on engine=vllm")
+        from systems.disagg_vllm import DisaggVllmDeployment
+
+        return DisaggVllmDeployment(cfg, folder)
+    if engine == "sglang":
+        from systems.sglang_pd import SglangPDDeployment
+
+        return SglangPDDeployment(cfg, folder)
     raise EngineUnavailableError(
         f"engine={engine}: {NOT_SHIPPED.get(engine, engine)} is not shipped in this version of the suite. "
-        "What runs today: engine=sim (every system), system=vllm_baseline engine=vllm, engine=endpoint engine.url=..., "
-        "experiment=mooncake_cache_hit, and job=workload.")
+        "What runs: engine=sim, engine=vllm and engine=sglang (GPU hosts) for every system, engine=endpoint "
+        "engine.url=..., and job=workload.")

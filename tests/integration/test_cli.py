@@ -84,10 +84,12 @@ def test_missing_required_value_names_key_and_leaves_failed_summary(tmp_path):
     assert json.loads((job / "summary.json").read_text())["status"] == "failed"
 
 
-def test_unshipped_engine_is_a_clear_failure(tmp_path):
+def test_sglang_without_a_gpu_is_a_clear_failure(tmp_path):
+    if Path("/dev/nvidia0").exists():
+        pytest.skip("this host has a GPU")
     proc = run_harness(["engine=sglang", "workload.num_groups=2", "workload.prompts_per_group=2"], tmp_path)
     assert proc.returncode != 0
-    assert "engine=sglang" in proc.stderr
+    assert "engine=sglang" in proc.stderr and "GPU" in proc.stderr
     (job,) = job_dirs(tmp_path)
     summary = json.loads((job / "summary.json").read_text())
     assert summary["status"] == "failed" and "engine=sglang" in summary["reason"]

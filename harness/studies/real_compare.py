@@ -1,0 +1,100 @@
+"""``job=compare``: the same workload served by several real deployments, one after another, in one job.
+
+Each ``study.variants`` entry is a list of Hydra overrides (on top of the job's own command line), run as
+a complete serving job (``job=serve``) in ``variants/<label>/``: bring-up, warm-up, the measured point,
+tear-down. Only one deployment is up at a time, so a 24 GiB CPU host never runs more than one system's
+instances. The job writes ``study.csv`` (one row per variant: latency, goodput, hit rates, KV transfer,
+price and power) and ``requests.parquet`` (every record, labelled), from which
+``figures/disagg_compare.py`` draws the comparison. A variant that fails keeps its own failed
+``summary.json``, appears in ``study.csv`` with ``status: failed`` and its reason, and fails the job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.jobs import JobResult
+from harness.records import RunSummary
+from harness.results import REQUESTS_FILE, RunFolder
+from harness.serve_job import run_serve
+from harness.studies.variants import compose_variant, describe_variant, job_overrides
+
+log = logging.getLogger(__name__)
+
+STUDY_FILE = "study.csv"
+VARIANTS_DIR = "variants"
+_KEPT = ("mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+         "p90_tpot_ms", "p99_tpot_ms", "goodput_rps", "slo_attainment", "request_throughput_rps",
+         "output_throughput_tps", "n_issued", "n_ok", "n_failed", "n_rejected", "offered_rate_rps", "valid")
+# engine-side numbers (the summary's ``engine_*`` columns) the comparison keeps, without the prefix
+_ENGINE_KEPT = ("local_hit_rate", "pool_hit_rate", "prefill_compute_saved", "prefill_prompt_tokens",
+                "prefill_computed_tokens", "kv_load_fallbacks", "router_to_mixed", "router_rejected",
+                "deployment_price_per_hour_usd", "deployment_power_w", "prefix_hit_rate", "prefix_cache_queries",
+                "prefix_cache_hits")
+
+
+class CompareFailed(RuntimeError):
+    """One or more variants of a comparison failed (their folders hold the reasons)."""
+
+
+def _row(label: str, vcfg: Any, metrics: dict[str, Any], requests: pd.DataFrame) -> dict[str, Any]:
+    row: dict[str, Any] = {"variant": label, "status": "ok", "reason": "", **describe_variant(vcfg)}
+    row.update({k: metrics.get(k) for k in _KEPT})
+    row.update({k: metrics.get(f"engine_{k}") for k in _ENGINE_KEPT})
+    if row["local_hit_rate"] is None and row["prefix_hit_rate"] is not None:  # colocated: every hit is local
+        row["local_hit_rate"], row["pool_hit_rate"] = row["prefix_hit_rate"], 0.0
+        queries, hits = row["prefix_cache_queries"] or 0.0, row["prefix_cache_hits"] or 0.0
+        row["prefill_prompt_tokens"], row["prefill_computed_tokens"] = queries, queries - hits
+        row["prefill_compute_saved"] = hits / queries if queries else None
+    tok_s = metrics.get("output_throughput_tps") or math.nan
+    price, power = row["deployment_price_per_hour_usd"], row["deployment_power_w"]
+    row["tokens_per_usd"] = tok_s * 3600.0 / price if price else math.nan
+    row["tokens_per_joule"] = tok_s / power if power else math.nan
+    extras = [json.loads(e) if isinstance(e, str) else e for e in requests["extra"]] if "extra" in requests else []
+    extras = [e for e in extras if isinstance(e, dict)]
+    for key in ("kv_transfer_s", "kv_transfer_bytes", "prefill_s", "decode_s"):
+        values = [e[key] for e in extras if key in e]
+        row[f"mean_{key}"] = float(np.mean(values)) if values else math.nan
+    return row
+
+
+def run_compare(cfg: Any, folder: RunFolder) -> JobResult:
+    """Serve the workload with every variant in turn and tabulate them (see the module docstring)."""
+    variants = dict(cfg.study.variants)
+    if not variants:
+        raise ValueError("study.variants: job=compare needs at least one variant (label: [overrides])")
+    base = [o for o in job_overrides() if not o.startswith("job=")]
+    composed = {label: compose_variant([*base, *overrides, "job=serve"]) for label, overrides in variants.items()}
+    rows, frames, failed = [], [], []
+    for label, vcfg in composed.items():
+        sub = RunFolder(folder.path / VARIANTS_DIR / label)
+        sub.path.mkdir(parents=True, exist_ok=True)
+        log.info("variant %s: system=%s engine=%s", label, vcfg.system.name, vcfg.engine.name)
+        try:
+            result = run_serve(vcfg, sub)
+        except Exception as exc:  # keep going: the other systems still get measured
+            log.exception("variant %s failed", label)
+            reason = f"{type(exc).__name__}: {exc}"
+            sub.write_summary(RunSummary(status="failed", experiment=cfg.experiment_name, job=label, kind="serve",
+                                         reason=reason))
+            rows.append({"variant": label, "status": "failed", "reason": reason, **describe_variant(vcfg)})
+            failed.append(label)
+            continue
+        requests = pd.read_parquet(sub.file(REQUESTS_FILE))
+        rows.append(_row(label, vcfg, result.metrics, requests))
+        requests.insert(0, "variant", label)
+        frames.append(requests)
+    table = pd.DataFrame(rows)
+    folder.write_table(STUDY_FILE, table)
+    if frames:
+        folder.write_table(REQUESTS_FILE, pd.concat(frames, ignore_index=True))
+    if failed:
+        raise CompareFailed(f"variants failed: {', '.join(failed)} (see {VARIANTS_DIR}/<label>/summary.json)")
+    return JobResult(metrics={"variants": len(rows)}, files={"study": STUDY_FILE, "requests": REQUESTS_FILE},
+                     tables={"study": table})

@@ -1,0 +1,96 @@
+"""A Mooncake Store pool node: a process that contributes DRAM to the cluster-wide KV pool and nothing else.
+
+It joins ``mooncake_master`` as a store client and mounts a segment of ``--segment-size`` bytes, which
+the master then hands out for the KV blocks prefill instances put. It holds no KV cache of its own and
+serves reads from its segment through the Mooncake transfer engine (TCP on CPU hosts). A tiny HTTP
+endpoint on 127.0.0.1 answers ``GET /health`` while the segment is mounted, so the harness knows when
+the node is ready; SIGTERM/SIGINT unmount it and exit 0.
+
+CLI: ``python -m systems.launch.pool_node --master 127.0.0.1:50051 --segment-size 256MB --port P``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import re
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from aiohttp import web
+
+logger = logging.getLogger("systems.launch.pool_node")
+
+HOST = "127.0.0.1"
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``"256MB"`` / ``"1GiB"`` / ``"4096"`` -> bytes (binary multiples, as Mooncake reads them)."""
+    match = _SIZE.match(str(text))
+    if not match:
+        raise ValueError(f"size must look like 256MB, 1GB or a number of bytes, got {text!r}")
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[match.group(2).upper()]
+    return int(float(match.group(1)) * scale)
+
+
+def mount_segment(master: str, segment_bytes: int, protocol: str = "tcp", local_buffer_bytes: int = 16 << 20) -> Any:
+    """A ``MooncakeDistributedStore`` client that contributes ``segment_bytes`` to the pool at ``master``."""
+    from mooncake.store import MooncakeDistributedStore
+
+    store = MooncakeDistributedStore()
+    rc = store.setup(HOST, "P2PHANDSHAKE", segment_bytes, local_buffer_bytes, protocol, "", master)
+    if rc != 0:
+        raise RuntimeError(f"could not join mooncake_master at {master} (setup returned {rc})")
+    return store
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    store = mount_segment(args.master, parse_size(args.segment_size), args.protocol)
+    app = web.Application()
+
+    async def health(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "segment_bytes": parse_size(args.segment_size)})
+
+    app.router.add_get("/health", health)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await web.TCPSite(runner, HOST, args.port).start()
+        logger.info("pool node: %s segment mounted at master %s; health on http://%s:%d/health",
+                    args.segment_size, args.master, HOST, args.port)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        with contextlib.suppress(Exception):
+            store.close()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Mount a pool segment until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(prog="python -m systems.launch.pool_node", description=__doc__.splitlines()[0])
+    parser.add_argument("--master", required=True, help="mooncake_master RPC address, e.g. 127.0.0.1:50051")
+    parser.add_argument("--segment-size", default="256MB", help="DRAM contributed to the pool")
+    parser.add_argument("--protocol", default="tcp", help="transfer-engine protocol (tcp on CPU hosts, rdma on GPU hosts)")
+    parser.add_argument("--port", type=int, required=True, help="health endpoint port on 127.0.0.1")
+    args = parser.parse_args(argv)
+    try:
+        parse_size(args.segment_size)
+    except ValueError as exc:
+        parser.error(f"--segment-size: {exc}")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

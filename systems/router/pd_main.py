@@ -1,0 +1,71 @@
+"""Command line of the disaggregating router: ``python -m systems.router.pd_main --config router.json --port P``.
+
+``router.json`` is a :class:`systems.router.pd_app.RouterConfig` as JSON (the deployment writes it into the
+run folder). Listens on 127.0.0.1 only; exits 0 on SIGTERM/SIGINT and writes its final counters to
+``--stats-out`` when given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Optional
+
+from aiohttp import web
+
+from systems.router.pd_app import HOST, PDRouter, RouterConfig, create_app
+from systems.router.pool_index import PoolIndex
+
+logger = logging.getLogger("systems.router.pd")
+
+
+async def _serve(cfg: RouterConfig, port: int, stats_out: Optional[Path]) -> None:
+    pool = None
+    if cfg.pool_master:
+        pool = PoolIndex(cfg.pool_master, cfg.pool_key_prefix, cfg.block_size, cfg.pool_protocol)
+    router = PDRouter(cfg, pool)
+    runner = web.AppRunner(create_app(router), access_log=None, handler_cancellation=True, shutdown_timeout=2.0)
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await web.TCPSite(runner, HOST, port, backlog=1024).start()
+        logger.info("disaggregating router on http://%s:%d: %d prefill, %d decode, %d mixed; policy %s; pool %s",
+                    HOST, port, len(cfg.prefill), len(cfg.decode), len(cfg.mixed), cfg.policy,
+                    cfg.pool_master or "none")
+        await stop.wait()
+    finally:
+        if stats_out is not None:
+            stats_out.write_text(json.dumps(router.stats(), indent=2))
+        await runner.cleanup()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m systems.router.pd_main", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--stats-out", type=Path, default=None)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = RouterConfig.from_json(json.loads(args.config.read_text()))
+    except (OSError, ValueError, TypeError) as exc:
+        parser.error(f"--config {args.config}: {exc}")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(cfg, args.port, args.stats_out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

