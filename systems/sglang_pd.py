@@ -35,8 +35,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 from harness.engines import DeploymentError, EngineResult
-from harness.loadgen import LoadGenOptions, TargetConfig, run_load
-from harness.prompts import build_prompts
+from harness.loadgen import TargetConfig
 from harness.results import RunFolder
 from systems.http_point import run_http_point
 from systems.launch.ports import ensure_port_free, free_port
@@ -56,8 +55,7 @@ from systems.launch.sglang_commands import (
     server_env,
     server_tmp_dir,
 )
-from systems.vllm_baseline import resolve_device, resolve_model_path, warmup_specs
-from workloads.arrivals import ArrivalSchedule
+from systems.vllm_baseline import resolve_device, resolve_model_path, send_warmup
 from workloads.base import WorkloadRequests
 
 log = logging.getLogger(__name__)
@@ -374,15 +372,7 @@ class SglangPDDeployment:
 
     def _warm_up_and_reset(self) -> None:
         n = self.engine.load.warmup_requests * sum(r != "decode" for r in self.roles)
-        if n:
-            specs = warmup_specs(n)
-            target = TargetConfig(base_url=self.router_url, model=self.cfg.model.name)
-            schedule = ArrivalSchedule(mode="closed", concurrency=1, offered_rate_rps=float("nan"), duration_s=0.0)
-            result = run_load(specs, schedule, build_prompts(specs, self.cfg.model, self.cfg.seed), target,
-                              LoadGenOptions(progress=False))
-            failed = [r for r in result.records if r.status != "ok"]
-            if failed:
-                raise DeploymentError(f"router: warm-up request failed: {failed[0].error}")
+        send_warmup(self.router_url, n, self.cfg.model, self.cfg.seed, "router")
         if self.engine.reset_prefix_cache and self.cfg.system.prefix_caching:
             for server in self.servers:
                 for _ in range(FLUSH_ATTEMPTS):  # decode servers may still be releasing the last transfer

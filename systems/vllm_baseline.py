@@ -64,6 +64,20 @@ def warmup_specs(n: int, block_size: int = 16) -> list[RequestSpec]:
                         block_size=block_size) for i in range(n)]
 
 
+def send_warmup(base_url: str, n: int, model_cfg: Any, seed: int, who: str) -> None:
+    """``n`` closed-loop warm-up requests (prompts no workload shares) to ``base_url``; a failed one is a
+    ``DeploymentError`` naming ``who``."""
+    if n <= 0:
+        return
+    specs = warmup_specs(n)
+    target = TargetConfig(base_url=base_url, model=model_cfg.name)
+    schedule = ArrivalSchedule(mode="closed", concurrency=1, offered_rate_rps=float("nan"), duration_s=0.0)
+    result = run_load(specs, schedule, build_prompts(specs, model_cfg, seed), target, LoadGenOptions(progress=False))
+    failed = [r for r in result.records if r.status != "ok"]
+    if failed:
+        raise DeploymentError(f"{who}: warm-up request failed: {failed[0].error}")
+
+
 def router_command(port: int, policy: str, block_size: int, seed: int, backends: dict[str, str]) -> list[str]:
     """argv of the suite's router in front of ``backends`` (name -> base URL)."""
     cmd = [sys.executable, "-m", "systems.router", "--port", str(port), "--policy", policy,
@@ -145,17 +159,8 @@ class VllmBaselineDeployment:
         return False
 
     def _warm_up_and_reset(self) -> None:
-        n = self.engine.load.warmup_requests
         for server in self.servers:
-            if n:
-                specs = warmup_specs(n)
-                target = TargetConfig(base_url=server.url, model=self.cfg.model.name)
-                schedule = ArrivalSchedule(mode="closed", concurrency=1, offered_rate_rps=float("nan"), duration_s=0.0)
-                result = run_load(specs, schedule, build_prompts(specs, self.cfg.model, self.cfg.seed), target,
-                                  LoadGenOptions(progress=False))
-                failed = [r for r in result.records if r.status != "ok"]
-                if failed:
-                    raise DeploymentError(f"{server.spec.name}: warm-up request failed: {failed[0].error}")
+            send_warmup(server.url, self.engine.load.warmup_requests, self.cfg.model, self.cfg.seed, server.spec.name)
             if self.engine.reset_prefix_cache and self.cfg.system.prefix_caching and not server.reset_prefix_cache():
                 raise DeploymentError(f"{server.spec.name}: /reset_prefix_cache did not succeed")
 

@@ -52,6 +52,10 @@ def _row(label: str, vcfg: Any, metrics: dict[str, Any], requests: pd.DataFrame)
         queries, hits = row["prefix_cache_queries"] or 0.0, row["prefix_cache_hits"] or 0.0
         row["prefill_prompt_tokens"], row["prefill_computed_tokens"] = queries, queries - hits
         row["prefill_compute_saved"] = hits / queries if queries else None
+    if row["deployment_price_per_hour_usd"] is None and vcfg.system.name == "vllm_baseline":  # every instance on the run's hardware
+        hw, n = vcfg.hardware, vcfg.system.n_instances
+        row["deployment_price_per_hour_usd"] = hw.price_per_hour_usd * n if hw.price_per_hour_usd else None
+        row["deployment_power_w"] = hw.power_w * n if hw.power_w else None
     tok_s = metrics.get("output_throughput_tps") or math.nan
     price, power = row["deployment_price_per_hour_usd"], row["deployment_power_w"]
     row["tokens_per_usd"] = tok_s * 3600.0 / price if price else math.nan

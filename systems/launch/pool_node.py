@@ -26,6 +26,7 @@ from aiohttp import web
 logger = logging.getLogger("systems.launch.pool_node")
 
 HOST = "127.0.0.1"
+MIN_SEGMENT_BYTES = 16 << 20  # Mooncake refuses smaller segments ("Total size must be at least 16777216")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 
 
@@ -83,9 +84,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--port", type=int, required=True, help="health endpoint port on 127.0.0.1")
     args = parser.parse_args(argv)
     try:
-        parse_size(args.segment_size)
+        size = parse_size(args.segment_size)
     except ValueError as exc:
         parser.error(f"--segment-size: {exc}")
+    if size < MIN_SEGMENT_BYTES:
+        parser.error(f"--segment-size: Mooncake needs at least 16MB per segment, got {args.segment_size}")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args))

@@ -5,9 +5,10 @@ instances with the tiny model, the bootstrap registry and the Conductor router) 
 order; each phase sends requests straight to the router and reads its per-request log:
 
 1. tenant isolation: two tenants send the same prompt; the second tenant reuses nothing;
-2. a full pool: far more distinct prefixes than the pool holds; puts are refused, every request completes;
-3. a pool node dies mid-run: requests whose prefix the pool advertised fall back to recomputing
+2. a pool node dies mid-run: requests whose prefix the pool advertised fall back to recomputing
    (counted in the prefill logs), none is lost;
+3. a full pool (a fresh 16 MB pool node, the master told not to evict): far more distinct prefixes than it
+   holds; puts are refused (counted in the prefill logs), every request completes;
 4. a decode instance is killed mid-stream: its in-flight requests fail naming it, later ones go to the other;
 5. the master dies: the run goes on, every request completes, the router's pool checks time out.
 
@@ -21,6 +22,7 @@ import importlib.util
 import json
 import os
 import signal
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -32,7 +34,9 @@ from hydra import compose, initialize_config_dir
 
 from harness.config import register_configs, validate
 from harness.results import RunFolder
-from systems.disagg_vllm import DisaggVllmDeployment, _count_recovered, store_failed_puts
+from systems.disagg_vllm import DisaggVllmDeployment, count_failed_puts, count_recovered, reset_prefix_cache
+from systems.launch.ports import free_port
+from systems.launch.processes import ManagedProcess, wait_http_ready
 
 pytestmark = [
     pytest.mark.integration,
@@ -51,7 +55,8 @@ def _cfg() -> Any:
         return validate(compose(config_name="config", overrides=[
             "system=mooncake", "engine=vllm", "model=tiny_llama", "hardware=cpu_host", "slo=cpu_tiny",
             "engine.device=cpu", "system.prefill_instances=2", "system.decode_instances=2",
-            "engine.kv_pool.segment_size=16MB", "engine.load.warmup_requests=0", "engine.max_model_len=4096"]))
+            "engine.kv_pool.segment_size=16MB", "engine.load.warmup_requests=0", "engine.max_model_len=4096",
+            "engine.kv_pool.master_args=['--eviction_ratio=0']"]))  # a full pool refuses puts instead of evicting
 
 
 def _prompt(seed: int, n_tokens: int) -> list[int]:
@@ -88,11 +93,15 @@ class Client:
                 "elapsed_s": time.monotonic() - t0}
 
     def log(self, rid: str) -> dict[str, Any]:
-        for line in self.log_path.read_text().splitlines():
-            entry = json.loads(line)
-            if entry.get("request_id") == rid:
-                return entry
-        raise AssertionError(f"request {rid} not in the router log")
+        deadline = time.monotonic() + 5.0  # the router writes the line just after the response ends
+        while True:
+            for line in self.log_path.read_text().splitlines():
+                entry = json.loads(line)
+                if entry.get("request_id") == rid:
+                    return entry
+            if time.monotonic() > deadline:
+                raise AssertionError(f"request {rid} not in the router log")
+            time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -105,10 +114,6 @@ def deployment(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def client(deployment: DisaggVllmDeployment) -> Client:
     return Client(deployment.router_url, deployment.run_dir / "router_requests.jsonl")
-
-
-def _prefill_urls(dep: DisaggVllmDeployment) -> dict[str, str]:
-    return {s.spec.name: f"{s.url}/metrics" for s in dep.servers if dep.roles[s.spec.name] == "prefill"}
 
 
 def _kill_group(proc: Any) -> None:
@@ -152,29 +157,40 @@ def test_1_tenants_never_share_kv(deployment: DisaggVllmDeployment, client: Clie
     assert bob["pool_prefix_tokens"] == 0 and bob["local_prefix_tokens"] == 0
 
 
-def test_2_full_pool_rejects_puts_and_computes(deployment: DisaggVllmDeployment, client: Client) -> None:
-    urls = _prefill_urls(deployment)
-    before = store_failed_puts(urls)
-    # 16 MB holds 128 blocks of this model (128 KiB each); 24 prompts of 8 blocks need 192
-    results = [client.send(_prompt(100 + k, 8 * BLOCK + 10), max_tokens=4) for k in range(24)]
-    assert all(r["ok"] for r in results), [r for r in results if not r["ok"]][:2]
-    failed_puts = store_failed_puts(urls) - before
-    assert failed_puts > 0, "the pool never refused a put although it is far smaller than the prefixes sent"
+def _prefill_logs(dep: DisaggVllmDeployment) -> list[Path]:
+    return [s.log_path for s in dep.servers if dep.roles[s.spec.name] == "prefill"]
 
 
-def test_3_pool_node_death_falls_back_to_recompute(deployment: DisaggVllmDeployment, client: Client) -> None:
+def test_2_pool_node_death_falls_back_to_recompute(deployment: DisaggVllmDeployment, client: Client) -> None:
     prompt = _prompt(7, 6 * BLOCK + 30)
     assert client.send(prompt, max_tokens=4)["ok"]  # its blocks go to the pool
     for server in deployment.servers:  # only the pool holds the prefix now
         if deployment.roles[server.spec.name] == "prefill":
-            assert server.reset_prefix_cache()
-    logs = [s.log_path for s in deployment.servers if deployment.roles[s.spec.name] == "prefill"]
+            assert reset_prefix_cache(server)
+    logs = _prefill_logs(deployment)
     offsets = {p: p.stat().st_size for p in logs}
     _kill_group(deployment.helpers["pool0"])
     results = [client.send(prompt, max_tokens=4) for _ in range(4)]
     assert all(r["ok"] for r in results), [r for r in results if not r["ok"]][:2]  # none lost
-    fallbacks = sum(_count_recovered(p, offsets[p]) for p in logs)
+    fallbacks = sum(count_recovered(p, offsets[p]) for p in logs)
     assert fallbacks >= 1, "no prefill recomputed after the pool node holding its prefix died"
+
+
+def test_3_full_pool_refuses_puts_and_computes(deployment: DisaggVllmDeployment, client: Client, tmp_path: Path) -> None:
+    port = free_port()  # a fresh 16 MB pool node (128 blocks of this model; Mooncake's minimum) after the first died
+    node = ManagedProcess("pool_small")
+    node.start([sys.executable, "-m", "systems.launch.pool_node", "--master", deployment.master_address,
+                "--segment-size", "16MB", "--port", str(port)], log_path=tmp_path / "pool_small.log")
+    try:
+        wait_http_ready(node, f"http://127.0.0.1:{port}/health", timeout_s=60)
+        logs = _prefill_logs(deployment)
+        offsets = {p: p.stat().st_size for p in logs}
+        results = [client.send(_prompt(100 + k, 8 * BLOCK + 10), max_tokens=4) for k in range(24)]  # 192 blocks
+        assert all(r["ok"] for r in results), [r for r in results if not r["ok"]][:2]
+        refused = sum(count_failed_puts(p, offsets[p]) for p in logs)
+        assert refused > 0, "the pool never refused a put although the prefixes sent are 1.5 times its size"
+    finally:
+        node.stop()
 
 
 def test_4_killed_decode_fails_its_requests_and_traffic_moves(deployment: DisaggVllmDeployment, client: Client) -> None:

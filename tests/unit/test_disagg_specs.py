@@ -16,8 +16,9 @@ from harness.records import RequestRecord, RequestStatus
 from harness.results import RunFolder
 from systems.disagg_vllm import (
     DisaggVllmDeployment,
-    _count_recovered,
     attach_router_facts,
+    count_failed_puts,
+    count_recovered,
     default_cores,
     prefill_source_info,
     transfer_by_id,
@@ -97,9 +98,16 @@ def test_count_recovered_after_offset(tmp_path):
     old = "INFO Recovered from KV load failure: 7 request(s)\n"
     log.write_text(old + "noise\nWARNING Recovered from KV load failure: 2 request(s)\n"
                    "Recovered from KV load failure: 1 request\nRecovered from KV load failure: x request(s)\n")
-    assert _count_recovered(log, 0) == 10
-    assert _count_recovered(log, len(old.encode())) == 3
-    assert _count_recovered(tmp_path / "absent.log", 0) == 0
+    assert count_recovered(log, 0) == 10
+    assert count_recovered(log, len(old.encode())) == 3
+    assert count_recovered(tmp_path / "absent.log", 0) == 0
+
+
+def test_count_failed_puts(tmp_path):
+    log = tmp_path / "p0.log"
+    log.write_text("(Worker) WARNING [worker.py:956] batch_put failed: 8/8 keys failed (codes={-200}, batch_bytes=1)\n"
+                   "other line\n(Worker) WARNING batch_put failed: 3/8 keys failed (codes={-200})\n")
+    assert count_failed_puts(log, 0) == 11
 
 
 def test_default_cores():
@@ -179,3 +187,31 @@ def test_mooncake_router_config(mooncake):
 
     parsed = RouterConfig.from_json(json.loads(json.dumps(rc)))  # what the router process reads
     assert parsed.prefill[0].bootstrap == "http://127.0.0.1:1" and parsed.policy == "conductor"
+
+
+def test_gpu_roles_take_their_own_devices_and_tp(tmp_path):
+    cfg = cfg_for(["system=distserve", "engine.device=gpu", "system.prefill_instances=2", "system.decode_instances=1",
+                   "engine.prefill.devices=[4,5]", "engine.decode.tensor_parallel_size=2"])
+    dep = DisaggVllmDeployment(cfg, RunFolder(tmp_path / "run"))
+    dep._bootstrap = {"p0": "127.0.0.1:1", "p1": "127.0.0.1:2"}
+    dep.run_dir = tmp_path
+    specs = {s.name: s for s in dep.server_specs(Path("/models/x"))}
+    assert specs["p0"].extra_env["CUDA_VISIBLE_DEVICES"] == "4" and specs["p1"].extra_env["CUDA_VISIBLE_DEVICES"] == "5"
+    assert specs["d0"].tensor_parallel_size == 2 and specs["d0"].extra_env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert specs["p0"].kv_transfer_config["kv_connector"] == "MooncakeConnector"
+    assert specs["p0"].kv_transfer_config["kv_connector_extra_config"]["mooncake_protocol"] == "rdma"
+
+
+def test_gpu_role_with_too_few_devices_is_refused(tmp_path):
+    cfg = cfg_for(["system=distserve", "engine.device=gpu", "system.prefill_instances=2", "engine.prefill.devices=[4]"])
+    dep = DisaggVllmDeployment(cfg, RunFolder(tmp_path / "run"))
+    dep._bootstrap = {"p0": "127.0.0.1:1", "p1": "127.0.0.1:2"}
+    dep.run_dir = tmp_path
+    with pytest.raises(DeploymentError, match=r"engine.prefill.devices: 2 instance\(s\) of TP 1 need 2 devices"):
+        dep.server_specs(Path("/models/x"))
+
+
+def test_pool_segment_below_mooncake_minimum_is_refused(tmp_path):
+    cfg = cfg_for(["system=mooncake", "engine.kv_pool.segment_size=4MB"])
+    with pytest.raises(DeploymentError, match="engine.kv_pool.segment_size: Mooncake needs at least 16MB"):
+        DisaggVllmDeployment(cfg, RunFolder(tmp_path))
