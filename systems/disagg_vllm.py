@@ -48,8 +48,10 @@ from systems.launch.kv_transfer_config import (
 )
 from systems.launch.pool_node import MIN_SEGMENT_BYTES, parse_size
 from systems.launch.ports import free_port
-from systems.launch.processes import ManagedProcess, sigterm_as_exception, wait_http_ready
+from systems.launch.processes import ManagedProcess, http_get, sigterm_as_exception, wait_http_ready
+from systems.launch.prometheus import parse_metrics
 from systems.launch.vllm_server import VllmServer, VllmServerSpec, launch_vllm_servers
+from systems.router.kv_events import INT_HASHES_ENV, kv_events_config
 from systems.router.pool_index import store_key_prefix
 from systems.vllm_baseline import resolve_device, resolve_model_path, send_warmup
 from workloads.base import WorkloadRequests
@@ -63,7 +65,7 @@ PD_POLICY_OF = {"least_loaded": "load_balancing", "load_balancing": "load_balanc
                 "random": "random", "cache_aware": "local_cache_aware", "local_cache_aware": "local_cache_aware",
                 "conductor": "conductor"}
 _RECOVERED = re.compile(r"Recovered from KV load failure: (\d+) request")
-_FAILED_PUT = re.compile(r"batch_put failed: (\d+)/\d+ keys failed")
+_FAILED_PUT = re.compile(r"'save_put_failed_keys': (\d+)")  # vLLM's periodic "KV Transfer metrics" line
 
 
 def find_binary(name: str) -> str:
@@ -128,6 +130,7 @@ class DisaggVllmDeployment:
         self.master_address = ""
         self.run_dir = folder.path / "servers"
         self._bootstrap: dict[str, str] = {}
+        self.kv_events_port = free_port()  # the router binds it; prefill instances publish KV-cache events to it
         self._stack = ExitStack()
 
     # -- bring-up ------------------------------------------------------------------------------------------
@@ -164,6 +167,10 @@ class DisaggVllmDeployment:
             cmd += ["--port", str(port)]
         self._helper("kv_bootstrap", cmd, f"http://127.0.0.1:{next(iter(ports.values()))}/query")
         self._bootstrap = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
+
+    def _local_cache(self) -> bool:
+        """Prefill instances keep a prefix cache (and publish its KV-cache events to the router)."""
+        return bool(self.cfg.system.prefix_caching or self.has_pool)
 
     def _role_env(self, role: str, name: str) -> dict[str, str]:
         env = {"PYTHONPATH": self._pythonpath(), "VLLM_MOONCAKE_BOOTSTRAP_PORT": str(free_port())}
@@ -215,6 +222,10 @@ class DisaggVllmDeployment:
                         gpu += tp
                 cores = role_cfg.cores or default_cores(role, n_cores)
                 nice = engine.server_nice if role_cfg.nice is None else role_cfg.nice
+                extra_args = tuple(engine.extra_args)
+                if role == "prefill" and self._local_cache():
+                    extra_args += ("--kv-events-config", json.dumps(kv_events_config(self.kv_events_port, name)))
+                    env[INT_HASHES_ENV] = "0"
                 specs.append(VllmServerSpec(
                     name=name, model_path=str(model_path), served_model_name=self.cfg.model.name, port=free_port(),
                     device=self.device, enable_prefix_caching=system.prefix_caching or role == "prefill" and self.has_pool,
@@ -223,7 +234,7 @@ class DisaggVllmDeployment:
                     cpu_omp_threads_bind=cores if (self.device == "cpu" and engine.pin_cores) else None,
                     tensor_parallel_size=tp,
                     gpu_memory_utilization=engine.gpu_memory_utilization,
-                    kv_transfer_config=self._kv_config(role, name), extra_args=tuple(engine.extra_args),
+                    kv_transfer_config=self._kv_config(role, name), extra_args=extra_args,
                     extra_env=env, seed=self.cfg.seed, nice=nice if self.device == "cpu" else 0))
                 self.roles[name] = role
         return specs
@@ -254,7 +265,7 @@ class DisaggVllmDeployment:
                               "decode_kv_capacity_tokens": int(engine.cpu_kvcache_space_gib * (1 << 30) // max(kv_bytes, 1)),
                               "local_capacity_tokens": int(engine.cpu_kvcache_space_gib * (1 << 30) // max(kv_bytes, 1))},
                 "request_log": str((self.run_dir / "router_requests.jsonl").resolve()),
-                "local_cache": bool(cfg.system.prefix_caching or self.has_pool)}
+                "local_cache": self._local_cache(), "kv_events_port": self.kv_events_port if self._local_cache() else 0}
 
     def __enter__(self) -> DisaggVllmDeployment:
         self._stack.__enter__()
@@ -306,11 +317,13 @@ class DisaggVllmDeployment:
         offsets = {p: _size(p) for p in (router_log, transfer_log, *self._prefill_logs())}
         prefill_urls = {s.spec.name: f"{s.url}/metrics" for s in self.servers if self.roles[s.spec.name] == "prefill"}
         before = scrape_all(prefill_urls)
+        puts_failed_before = store_failed_puts(prefill_urls) if self.has_pool else 0.0
         metrics_urls = {s.spec.name: f"{s.url}/metrics" for s in self.servers}
         n_devices = sum(s.spec.tensor_parallel_size for s in self.servers) if self.device == "gpu" else len(self.servers)
         result = run_http_point(requests, self.cfg.model, self.cfg.seed, target, self.engine.load, metrics_urls,
                                 n_gpus=n_devices)
         after = scrape_all(prefill_urls)
+        puts_failed = store_failed_puts(prefill_urls) - puts_failed_before if self.has_pool else 0.0
         routed = _read_jsonl(router_log, offsets[router_log])
         deadline = time.monotonic() + 5.0  # the router logs a request just after its response ends
         while len(routed) < len(result.records) and time.monotonic() < deadline:
@@ -320,7 +333,7 @@ class DisaggVllmDeployment:
         records = attach_router_facts(result.records, routed, transfers)
         info = {**result.info, **prefill_source_info(before, after), **self._router_info(routed),
                 "kv_load_fallbacks": sum(count_in_log(p, offsets[p], _RECOVERED) for p in self._prefill_logs()),
-                "pool_put_failed_keys": sum(count_in_log(p, offsets[p], _FAILED_PUT) for p in self._prefill_logs()),
+                "pool_put_failed_keys": puts_failed,
                 **self.cost_info()}
         return EngineResult(records=records, n_gpus=result.n_gpus, invalid_reasons=result.invalid_reasons, info=info)
 
@@ -373,7 +386,7 @@ class DisaggVllmDeployment:
                 "policy": PD_POLICY_OF[self.cfg.system.router], "instances": dict(self.roles),
                 "cores": {s.spec.name: s.spec.cpu_omp_threads_bind for s in self.servers},
                 "pool_master": self.master_address, "pool_nodes": self.engine.kv_pool.pool_nodes if self.has_pool else 0,
-                "local_cache_source": "routed", "helpers": sorted(self.helpers)}
+                "local_cache_source": "kv_events" if self._local_cache() else "none", "helpers": sorted(self.helpers)}
 
 
 # -- helpers shared with tests ---------------------------------------------------------------------------------
@@ -430,7 +443,9 @@ def count_recovered(path: Path, offset: int) -> int:
 
 
 def count_failed_puts(path: Path, offset: int) -> int:
-    """Blocks the pool refused to store (vLLM's 'batch_put failed: N/M keys failed'), e.g. when it is full."""
+    """Blocks the pool refused to store (e.g. when it is full), from the ``save_put_failed_keys`` of vLLM's
+    periodic (every 10 s) "KV Transfer metrics" log lines; :func:`store_failed_puts` reads the same counter
+    from ``/metrics`` without waiting for the next line."""
     return count_in_log(path, offset, _FAILED_PUT)
 
 
@@ -474,6 +489,23 @@ def attach_router_facts(records: tuple[RequestRecord, ...], routed: list[dict[st
             extra["kv_transfer_s"], extra["kv_transfer_bytes"] = moved[entry["transfer_id"]]
         out.append(dataclasses.replace(rec, extra=extra))
     return tuple(out)
+
+
+def store_failed_puts(metrics_urls: dict[str, str]) -> float:
+    """Blocks the prefill instances failed to put into the pool, summed from vLLM's
+    ``vllm:mooncake_store_operation_failed_keys_total`` (put operations); NaN when an instance does not answer."""
+    total = 0.0
+    for url in metrics_urls.values():
+        try:
+            status, body = http_get(url, timeout_s=10.0)
+        except OSError:
+            return math.nan
+        if status != 200:
+            return math.nan
+        total += sum(sample.value for sample in parse_metrics(body.decode("utf-8", "replace"))
+                     if sample.name == "vllm:mooncake_store_operation_failed_keys_total"
+                     and "put" in sample.labels.get("operation", ""))
+    return total
 
 
 def prefill_source_info(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

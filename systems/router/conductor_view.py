@@ -11,15 +11,16 @@ Estimates (documented, calibrated online, never read from the engines' internals
 * decode step (TBT) = ``decode_step_s + decode_step_s_per_seq * running``, also followed by a moving
   average of measured TPOT; KV room = the configured capacity minus the KV of the requests routed there.
 
-What each prefill instance holds locally comes from the router's own record of what it routed there (an
-LRU per instance of the configured capacity), reported as ``local_cache_source: routed``. What the pool
-holds comes from Mooncake Store (:class:`systems.router.pool_index.PoolIndex`).
+What each prefill instance holds locally comes from vLLM's KV-cache events when the instances publish them
+(:mod:`systems.router.kv_events`, reported as ``local_cache_source: kv_events``), else from the router's
+own record of what it routed there (an LRU per instance of the configured capacity, ``routed``). What the
+pool holds comes from Mooncake Store (:class:`systems.router.pool_index.PoolIndex`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -93,13 +94,16 @@ class RouterPDView:
     """The :class:`~systems.policies.pd.PDClusterView` of one request, over a :class:`ClusterState`."""
 
     def __init__(self, state: ClusterState, hashes: Sequence[int], pool_prefix_tokens: int,
-                 output_tokens: int) -> None:
+                 output_tokens: int, local_blocks: Optional[Callable[[int], int]] = None) -> None:
         self.state = state
         self.hashes = hashes
         self.pool_prefix_tokens = pool_prefix_tokens
         self.output_tokens = output_tokens
+        self.local_blocks = local_blocks  # from the instances' KV-cache events; None: from what was routed
 
     def local_prefix_tokens(self, i: int) -> int:
+        if self.local_blocks is not None:
+            return self.local_blocks(i) * self.state.block_size
         return self.state.prefill[i].local.prefix_len(self.hashes) * self.state.block_size
 
     def prefill_views(self) -> Sequence[PrefillView]:

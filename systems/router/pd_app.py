@@ -41,6 +41,7 @@ from systems.policies.cache_aware import BlockLRU
 from systems.policies.hashing import block_hashes
 from systems.policies.pd import PDScheduler
 from systems.router.conductor_view import ClusterState, Estimates, RouterPDView, least_loaded_decode
+from systems.router.kv_events import KVEventIndex
 from systems.router.pool_index import PoolIndex
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class RouterConfig:
     request_log: str = ""
     health_interval_s: float = 2.0
     local_cache: bool = True  # prefill instances keep a prefix cache (false: the router never assumes local hits)
+    kv_events_port: int = 0  # > 0: the prefill instances publish KV-cache events to 127.0.0.1:<port>
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RouterConfig:
@@ -101,10 +103,15 @@ class RouterConfig:
 class PDRouter:
     """State and decisions of one disaggregating router (event-loop thread only)."""
 
-    def __init__(self, cfg: RouterConfig, pool: Optional[PoolIndex] = None) -> None:
+    def __init__(self, cfg: RouterConfig, pool: Optional[PoolIndex] = None, events: Optional[KVEventIndex] = None,
+                 hasher: Any = None) -> None:
         self.cfg = cfg
         self.state = ClusterState.create([p.name for p in cfg.prefill], [d.name for d in cfg.decode],
                                          cfg.estimates, cfg.block_size)
+        self.events = events if cfg.local_cache else None
+        self.hasher = hasher  # vLLM's block hashes of a prompt, to look them up in the events
+        if self.events is not None:
+            self.state.local_cache_source = "kv_events"
         self.scheduler = PDScheduler(cfg.policy, cfg.rejection, cfg.ttft_slo_s, cfg.tbt_slo_s,
                                      cfg.kvcache_balancing_threshold, cfg.seed, pick_decode=True)
         self.pool = pool
@@ -172,6 +179,7 @@ class PDRouter:
     def stats(self) -> dict[str, Any]:
         est = self.state.estimates
         return {"policy": self.scheduler.describe(), "local_cache_source": self.state.local_cache_source,
+                "kv_events": self.events.events if self.events is not None else 0,
                 "pool": bool(self.pool), "counts": dict(self.counts),
                 "pool_errors": self.pool.errors if self.pool is not None else 0,
                 "decode_alive": {d.name: d.alive for d in self.state.decode},
@@ -225,7 +233,12 @@ async def _route(request: web.Request, router: PDRouter, body: dict[str, Any], p
     hashes = block_hashes(prompt, cfg.block_size, salt)
     pool_tokens = await router.pool_prefix_tokens(prompt, salt)
     output_tokens = int(body.get("max_tokens") or 16)
-    view = RouterPDView(state, hashes, pool_tokens, output_tokens)
+    local_blocks = None
+    if router.events is not None and router.hasher is not None:
+        vllm_hashes = router.hasher.hashes(prompt, salt)
+        names = [p.name for p in cfg.prefill]
+        local_blocks = lambda i: router.events.prefix_blocks(names[i], vllm_hashes)  # noqa: E731
+    view = RouterPDView(state, hashes, pool_tokens, output_tokens, local_blocks)
     decision = router.scheduler.choose(len(prompt), view)
     entry.update(mode="pd", pool_prefix_tokens=pool_tokens, est_ttft_s=decision.est_ttft_s,
                  reuse_tokens=decision.reuse_tokens, fetch_tokens=decision.fetch_tokens,

@@ -20,8 +20,9 @@ from typing import Optional
 
 from aiohttp import web
 
+from systems.router.kv_events import KVEventIndex
 from systems.router.pd_app import HOST, PDRouter, RouterConfig, create_app
-from systems.router.pool_index import PoolIndex
+from systems.router.pool_index import PoolIndex, VllmBlockHasher
 
 logger = logging.getLogger("systems.router.pd")
 
@@ -30,7 +31,12 @@ async def _serve(cfg: RouterConfig, port: int, stats_out: Optional[Path]) -> Non
     pool = None
     if cfg.pool_master:
         pool = PoolIndex(cfg.pool_master, cfg.pool_key_prefix, cfg.block_size, cfg.pool_protocol)
-    router = PDRouter(cfg, pool)
+    events, hasher = None, None
+    if cfg.kv_events_port and cfg.local_cache:
+        events = KVEventIndex([p.name for p in cfg.prefill])
+        events.start(cfg.kv_events_port)
+        hasher = pool.hasher if pool is not None else VllmBlockHasher(cfg.block_size)
+    router = PDRouter(cfg, pool, events, hasher)
     runner = web.AppRunner(create_app(router), access_log=None, handler_cancellation=True, shutdown_timeout=2.0)
     await runner.setup()
     stop = asyncio.Event()
@@ -47,6 +53,8 @@ async def _serve(cfg: RouterConfig, port: int, stats_out: Optional[Path]) -> Non
         if stats_out is not None:
             stats_out.write_text(json.dumps(router.stats(), indent=2))
         await runner.cleanup()
+        if events is not None:
+            events.stop()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -18,6 +18,7 @@ The deployment is always torn down (its context manager), whatever fails.
 from __future__ import annotations
 
 import concurrent.futures
+import http.client
 import importlib.util
 import json
 import os
@@ -34,7 +35,13 @@ from hydra import compose, initialize_config_dir
 
 from harness.config import register_configs, validate
 from harness.results import RunFolder
-from systems.disagg_vllm import DisaggVllmDeployment, count_failed_puts, count_recovered, reset_prefix_cache
+from systems.disagg_vllm import (
+    DisaggVllmDeployment,
+    count_failed_puts,
+    count_recovered,
+    reset_prefix_cache,
+    store_failed_puts,
+)
 from systems.launch.ports import free_port
 from systems.launch.processes import ManagedProcess, wait_http_ready
 
@@ -86,11 +93,14 @@ class Client:
                 status, instance = resp.status, resp.headers.get("x-instance", "")
         except urllib.error.HTTPError as exc:
             text, status, instance = exc.read().decode("utf-8", "replace"), exc.code, ""
-        except OSError as exc:  # connection aborted mid-stream
+        except http.client.IncompleteRead as exc:  # the router aborted the stream after its error event
+            text, status, instance = exc.partial.decode("utf-8", "replace") + "\n[stream cut]", -1, ""
+        except (OSError, http.client.HTTPException) as exc:  # connection aborted mid-stream
             text, status, instance = f"{type(exc).__name__}: {exc}", -1, ""
         ok = status == 200 and "[DONE]" in text and '"error"' not in text
-        return {"id": rid, "status": status, "ok": ok, "text": text, "instance": instance,
-                "elapsed_s": time.monotonic() - t0}
+        t1 = time.monotonic()
+        return {"id": rid, "status": status, "ok": ok, "text": text, "instance": instance, "elapsed_s": t1 - t0,
+                "end": t1}
 
     def log(self, rid: str) -> dict[str, Any]:
         deadline = time.monotonic() + 5.0  # the router writes the line just after the response ends
@@ -151,7 +161,13 @@ def test_1_tenants_never_share_kv(deployment: DisaggVllmDeployment, client: Clie
     again = client.send(prompt, tenant="alice")
     other = client.send(prompt, tenant="bob")
     assert first["ok"] and again["ok"] and other["ok"], (first, again, other)
-    assert client.log(again["id"])["prefill_cached_tokens"] >= 5 * BLOCK  # alice reuses her own prefix
+    mine = client.log(again["id"])
+    assert mine["prefill_cached_tokens"] >= 5 * BLOCK  # alice reuses her own prefix
+    # the Conductor knew it from the prefill instance's KV-cache events, not from its own bookkeeping
+    assert mine["local_prefix_tokens"] >= 5 * BLOCK
+    stats = json.loads(urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+        f"{deployment.router_url}/stats", timeout=10).read())
+    assert stats["local_cache_source"] == "kv_events" and stats["kv_events"] > 0, stats
     bob = client.log(other["id"])
     assert bob["prefill_cached_tokens"] == 0  # same tokens, other tenant: no local and no pool reuse
     assert bob["pool_prefix_tokens"] == 0 and bob["local_prefix_tokens"] == 0
@@ -185,10 +201,16 @@ def test_3_full_pool_refuses_puts_and_computes(deployment: DisaggVllmDeployment,
         wait_http_ready(node, f"http://127.0.0.1:{port}/health", timeout_s=60)
         logs = _prefill_logs(deployment)
         offsets = {p: p.stat().st_size for p in logs}
-        results = [client.send(_prompt(100 + k, 8 * BLOCK + 10), max_tokens=4) for k in range(24)]  # 192 blocks
+        urls = {s.spec.name: f"{s.url}/metrics" for s in deployment.servers if deployment.roles[s.spec.name] == "prefill"}
+        before = store_failed_puts(urls)
+        results = [client.send(_prompt(100 + k, 8 * BLOCK + 10), max_tokens=4) for k in range(32)]  # 256 blocks
         assert all(r["ok"] for r in results), [r for r in results if not r["ok"]][:2]
-        refused = sum(count_failed_puts(p, offsets[p]) for p in logs)
-        assert refused > 0, "the pool never refused a put although the prefixes sent are 1.5 times its size"
+        deadline = time.monotonic() + 25.0  # puts are asynchronous; vLLM logs its statistics every 10 s
+        while (logged := sum(count_failed_puts(p, offsets[p]) for p in logs)) == 0 and time.monotonic() < deadline:
+            time.sleep(1.0)
+        scraped = store_failed_puts(urls) - before
+        print(f"full pool: {scraped:.0f} refused puts in /metrics, {logged} in the logs")
+        assert logged > 0 and scraped > 0, "the pool never refused a put although the prefixes sent are twice its size"
     finally:
         node.stop()
 
@@ -196,14 +218,15 @@ def test_3_full_pool_refuses_puts_and_computes(deployment: DisaggVllmDeployment,
 def test_4_killed_decode_fails_its_requests_and_traffic_moves(deployment: DisaggVllmDeployment, client: Client) -> None:
     d0 = next(s for s in deployment.servers if s.spec.name == "d0")
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
-        futures = [pool.submit(client.send, _prompt(300 + k, 300), 400) for k in range(6)]
-        time.sleep(4.0)  # streams are under way on both decode instances
+        futures = [pool.submit(client.send, _prompt(300 + k, 300), 1500) for k in range(6)]  # streams of ~10 s
+        time.sleep(3.0)  # streams are under way on both decode instances
+        killed_at = time.monotonic()
         _kill_group(d0.process)
         results = [f.result() for f in futures]
-    on_d0 = [r for r in results if client.log(r["id"]).get("decode") == "d0"]
-    assert on_d0, "no request was on d0 when it was killed"
-    for r in on_d0:
-        assert not r["ok"] and "d0" in r["text"], r  # a clear reason naming the instance
+    in_flight = [r for r in results if client.log(r["id"]).get("decode") == "d0" and r["end"] > killed_at]
+    assert in_flight, "no request was streaming from d0 when it was killed"
+    for r in in_flight:
+        assert not r["ok"] and "d0" in r["text"], r["text"][-500:]  # a clear reason naming the instance
     later = [client.send(_prompt(400 + k, 200), max_tokens=8) for k in range(4)]
     assert all(r["ok"] and r["instance"].endswith("->d1") for r in later), later
 

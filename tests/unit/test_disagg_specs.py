@@ -105,8 +105,9 @@ def test_count_recovered_after_offset(tmp_path):
 
 def test_count_failed_puts(tmp_path):
     log = tmp_path / "p0.log"
-    log.write_text("(Worker) WARNING [worker.py:956] batch_put failed: 8/8 keys failed (codes={-200}, batch_bytes=1)\n"
-                   "other line\n(Worker) WARNING batch_put failed: 3/8 keys failed (codes={-200})\n")
+    log.write_text("(APIServer) INFO [metrics.py:103] KV Transfer metrics: MooncakeStoreConnector={'save_put_count': 17, "
+                   "'save_put_failed_keys': 8, 'save_put_error_count': 0}\nother line\n"
+                   "(APIServer) INFO KV Transfer metrics: MooncakeStoreConnector={'save_put_failed_keys': 3}\n")
     assert count_failed_puts(log, 0) == 11
 
 
