@@ -46,9 +46,10 @@ from systems.launch.kv_transfer_config import (
     pd_connector,
     store_connector,
 )
+from systems.launch.lifecycle import ProcessDeployment
 from systems.launch.pool_node import MIN_SEGMENT_BYTES, parse_size
 from systems.launch.ports import free_port
-from systems.launch.processes import ManagedProcess, http_get, sigterm_as_exception, wait_http_ready
+from systems.launch.processes import ManagedProcess, http_get, wait_http_ready
 from systems.launch.prometheus import parse_metrics
 from systems.launch.vllm_server import VllmServer, VllmServerSpec, launch_vllm_servers
 from systems.router.kv_events import INT_HASHES_ENV, kv_events_config
@@ -85,7 +86,7 @@ def default_cores(role: str, n_cores: int) -> str:
     return "0" if role == "prefill" or n_cores < 2 else str(n_cores - 1)
 
 
-class DisaggVllmDeployment:
+class DisaggVllmDeployment(ProcessDeployment):
     """Prefill, decode (and mixed) vLLM instances, the KV plumbing and the router, as one context manager."""
 
     def __init__(self, cfg: Any, folder: RunFolder) -> None:
@@ -267,36 +268,25 @@ class DisaggVllmDeployment:
                 "request_log": str((self.run_dir / "router_requests.jsonl").resolve()),
                 "local_cache": self._local_cache(), "kv_events_port": self.kv_events_port if self._local_cache() else 0}
 
-    def __enter__(self) -> DisaggVllmDeployment:
-        self._stack.__enter__()
-        try:
-            self._stack.enter_context(sigterm_as_exception())
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            model_path = resolve_model_path(self.cfg.model)
-            system = self.cfg.system
-            if self.has_pool:
-                self._start_pool()
-            self._start_bootstrap([f"p{i}" for i in range(system.prefill_instances)])
-            specs = self.server_specs(model_path)
-            log.info("starting %s: %d prefill, %d decode, %d mixed vLLM instance(s) on %s; logs in %s", system.name,
-                     system.prefill_instances, system.decode_instances, system.mixed_instances, self.device, self.run_dir)
-            self.servers = self._stack.enter_context(
-                launch_vllm_servers(specs, self.run_dir, timeout_s=self.engine.startup_timeout_s))
-            config_path = self.run_dir / "router.json"
-            config_path.write_text(json.dumps(self.router_config(model_path), indent=2))
-            port = free_port()
-            self._helper("router", [sys.executable, "-m", "systems.router.pd_main", "--config", str(config_path),
-                                    "--port", str(port), "--stats-out", str(self.run_dir / "router_stats.json")],
-                         f"http://127.0.0.1:{port}/health")
-            self.router_url = f"http://127.0.0.1:{port}"
-        except BaseException:
-            self._stack.__exit__(*sys.exc_info())
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> bool:
-        self._stack.__exit__(*exc)  # type: ignore[arg-type]
-        return False
+    def _bring_up(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        model_path = resolve_model_path(self.cfg.model)
+        system = self.cfg.system
+        if self.has_pool:
+            self._start_pool()
+        self._start_bootstrap([f"p{i}" for i in range(system.prefill_instances)])
+        specs = self.server_specs(model_path)
+        log.info("starting %s: %d prefill, %d decode, %d mixed vLLM instance(s) on %s; logs in %s", system.name,
+                 system.prefill_instances, system.decode_instances, system.mixed_instances, self.device, self.run_dir)
+        self.servers = self._stack.enter_context(
+            launch_vllm_servers(specs, self.run_dir, timeout_s=self.engine.startup_timeout_s))
+        config_path = self.run_dir / "router.json"
+        config_path.write_text(json.dumps(self.router_config(model_path), indent=2))
+        port = free_port()
+        self._helper("router", [sys.executable, "-m", "systems.router.pd_main", "--config", str(config_path),
+                                "--port", str(port), "--stats-out", str(self.run_dir / "router_stats.json")],
+                     f"http://127.0.0.1:{port}/health")
+        self.router_url = f"http://127.0.0.1:{port}"
 
     # -- measuring -----------------------------------------------------------------------------------------
     def _warm_up_and_reset(self) -> None:

@@ -27,7 +27,6 @@ import logging
 import os
 import re
 import shutil
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
@@ -38,8 +37,9 @@ from harness.engines import DeploymentError, EngineResult
 from harness.loadgen import TargetConfig
 from harness.results import RunFolder
 from systems.http_point import run_http_point
+from systems.launch.lifecycle import ProcessDeployment
 from systems.launch.ports import ensure_port_free, free_port
-from systems.launch.processes import ManagedProcess, http_get, sigterm_as_exception, wait_http_ready
+from systems.launch.processes import ManagedProcess, http_get, wait_http_ready
 from systems.launch.sglang_commands import (
     MOONCAKE_MASTER_BINARY,
     HiCacheSpec,
@@ -276,7 +276,7 @@ class SglangServer:
         return code
 
 
-class SglangPDDeployment:
+class SglangPDDeployment(ProcessDeployment):
     """SGLang prefill/decode (or colocated) servers, the router and, for HiCache on Mooncake Store, the
     Mooncake master, as one context manager."""
 
@@ -342,29 +342,18 @@ class SglangPDDeployment:
         self.router_url = spec.url
         wait_http_ready(self.router, f"{self.router_url}/health", timeout_s=ROUTER_READY_TIMEOUT_S)
 
-    def __enter__(self) -> SglangPDDeployment:
-        self._stack.__enter__()
-        try:
-            self._stack.enter_context(sigterm_as_exception())
-            self._check_host()
-            model_path = resolve_model_path(self.cfg.model)
-            run_dir = self.folder.path / "servers"
-            self.plan = build_specs(self.cfg, model_path, gpus=visible_gpus())
-            log.info("starting SGLang %s (model %s, GPUs %s); logs in %s",
-                     ", ".join(s.name for s in self.plan.servers), model_path,
-                     " | ".join(",".join(s.gpu_ids) for s in self.plan.servers), run_dir)
-            if self.plan.master is not None:
-                self._start_master(self.plan.master, run_dir)
-            self._start_servers(self.plan.servers, run_dir)
-            self._start_router(self.plan.router, run_dir)
-        except BaseException:
-            self._stack.__exit__(*sys.exc_info())
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> bool:
-        self._stack.__exit__(*exc)  # type: ignore[arg-type]
-        return False
+    def _bring_up(self) -> None:
+        self._check_host()
+        model_path = resolve_model_path(self.cfg.model)
+        run_dir = self.folder.path / "servers"
+        self.plan = build_specs(self.cfg, model_path, gpus=visible_gpus())
+        log.info("starting SGLang %s (model %s, GPUs %s); logs in %s",
+                 ", ".join(s.name for s in self.plan.servers), model_path,
+                 " | ".join(",".join(s.gpu_ids) for s in self.plan.servers), run_dir)
+        if self.plan.master is not None:
+            self._start_master(self.plan.master, run_dir)
+        self._start_servers(self.plan.servers, run_dir)
+        self._start_router(self.plan.router, run_dir)
 
     @property
     def n_gpus(self) -> int:

@@ -23,8 +23,9 @@ from harness.prompts import build_prompts
 from harness.records import RequestSpec
 from harness.results import RunFolder
 from systems.http_point import run_http_point
+from systems.launch.lifecycle import ProcessDeployment
 from systems.launch.ports import free_port
-from systems.launch.processes import ManagedProcess, sigterm_as_exception, wait_http_ready
+from systems.launch.processes import ManagedProcess, wait_http_ready
 from systems.launch.tiny_model import build_tiny_llama
 from systems.launch.vllm_server import VllmServer, VllmServerSpec, launch_vllm_servers
 from workloads.arrivals import ArrivalSchedule
@@ -89,7 +90,7 @@ def router_command(port: int, policy: str, block_size: int, seed: int, backends:
     return cmd
 
 
-class VllmBaselineDeployment:
+class VllmBaselineDeployment(ProcessDeployment):
     """Colocated vLLM instances plus the router, as one context manager."""
 
     def __init__(self, cfg: Any, folder: RunFolder) -> None:
@@ -138,25 +139,14 @@ class VllmBaselineDeployment:
         self.router_url = f"http://127.0.0.1:{port}"
         wait_http_ready(self.router, f"{self.router_url}/health", timeout_s=60.0)
 
-    def __enter__(self) -> VllmBaselineDeployment:
-        self._stack.__enter__()
-        try:
-            self._stack.enter_context(sigterm_as_exception())
-            model_path = resolve_model_path(self.cfg.model)
-            run_dir = self.folder.path / "servers"
-            log.info("starting %d vLLM instance(s) on %s (model %s); logs in %s", self.cfg.system.colocated_instances,
-                     self.device, model_path, run_dir)
-            self.servers = self._stack.enter_context(
-                launch_vllm_servers(self._server_specs(model_path), run_dir, timeout_s=self.engine.startup_timeout_s))
-            self._start_router(run_dir)
-        except BaseException:
-            self._stack.__exit__(*sys.exc_info())
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> bool:
-        self._stack.__exit__(*exc)  # type: ignore[arg-type]
-        return False
+    def _bring_up(self) -> None:
+        model_path = resolve_model_path(self.cfg.model)
+        run_dir = self.folder.path / "servers"
+        log.info("starting %d vLLM instance(s) on %s (model %s); logs in %s", self.cfg.system.colocated_instances,
+                 self.device, model_path, run_dir)
+        self.servers = self._stack.enter_context(
+            launch_vllm_servers(self._server_specs(model_path), run_dir, timeout_s=self.engine.startup_timeout_s))
+        self._start_router(run_dir)
 
     def _warm_up_and_reset(self) -> None:
         for server in self.servers:
