@@ -131,10 +131,18 @@ class DisaggVllmDeployment(ProcessDeployment):
         self.master_address = ""
         self.run_dir = folder.path / "servers"
         self._bootstrap: dict[str, str] = {}
-        self.kv_events_port = free_port()  # the router binds it; prefill instances publish KV-cache events to it
+        self._ports: set[int] = set()
+        self.kv_events_port = self._port()  # the router binds it; prefill instances publish KV-cache events to it
         self._stack = ExitStack()
 
     # -- bring-up ------------------------------------------------------------------------------------------
+    def _port(self) -> int:
+        """A free port on 127.0.0.1 not yet handed out by this deployment (the kernel may offer one twice)."""
+        while (port := free_port()) in self._ports:
+            pass
+        self._ports.add(port)
+        return port
+
     def _helper(self, name: str, cmd: list[str], ready_url: str, timeout_s: float = 60.0) -> ManagedProcess:
         proc = ManagedProcess(name)
         proc.start(cmd, log_path=self.run_dir / f"{name}.log", env={**os.environ, "PYTHONPATH": self._pythonpath()})
@@ -150,19 +158,19 @@ class DisaggVllmDeployment(ProcessDeployment):
 
     def _start_pool(self) -> None:
         pool = self.engine.kv_pool
-        rpc, metrics = free_port(), free_port()
+        rpc, metrics = self._port(), self._port()
         self._helper("mooncake_master", [*mooncake_master_command(find_binary(pool.master_binary), rpc, metrics),
                                          *pool.master_args],
                      f"http://127.0.0.1:{metrics}/metrics")
         self.master_address = f"127.0.0.1:{rpc}"
         for k in range(pool.pool_nodes):
-            port = free_port()
+            port = self._port()
             self._helper(f"pool{k}", [sys.executable, "-m", "systems.launch.pool_node", "--master", self.master_address,
                                       "--segment-size", str(pool.segment_size), "--port", str(port)],
                          f"http://127.0.0.1:{port}/health")
 
     def _start_bootstrap(self, names: list[str]) -> None:
-        ports = {name: free_port() for name in names}
+        ports = {name: self._port() for name in names}
         cmd = [sys.executable, "-m", "systems.launch.kv_bootstrap"]
         for port in ports.values():
             cmd += ["--port", str(port)]
@@ -174,7 +182,7 @@ class DisaggVllmDeployment(ProcessDeployment):
         return bool(self.cfg.system.prefix_caching or self.has_pool)
 
     def _role_env(self, role: str, name: str) -> dict[str, str]:
-        env = {"PYTHONPATH": self._pythonpath(), "VLLM_MOONCAKE_BOOTSTRAP_PORT": str(free_port())}
+        env = {"PYTHONPATH": self._pythonpath(), "VLLM_MOONCAKE_BOOTSTRAP_PORT": str(self._port())}
         if role == "prefill":
             env["DISAGG_KV_TRANSFER_LOG"] = str((self.run_dir / "kv_transfers.jsonl").resolve())
             if self.has_pool:
@@ -228,7 +236,7 @@ class DisaggVllmDeployment(ProcessDeployment):
                     extra_args += ("--kv-events-config", json.dumps(kv_events_config(self.kv_events_port, name)))
                     env[INT_HASHES_ENV] = "0"
                 specs.append(VllmServerSpec(
-                    name=name, model_path=str(model_path), served_model_name=self.cfg.model.name, port=free_port(),
+                    name=name, model_path=str(model_path), served_model_name=self.cfg.model.name, port=self._port(),
                     device=self.device, enable_prefix_caching=system.prefix_caching or role == "prefill" and self.has_pool,
                     max_model_len=self.context_limit, max_num_seqs=engine.max_num_seqs,
                     cpu_kvcache_space_gib=role_cfg.cpu_kvcache_space_gib or engine.cpu_kvcache_space_gib,
@@ -282,7 +290,7 @@ class DisaggVllmDeployment(ProcessDeployment):
             launch_vllm_servers(specs, self.run_dir, timeout_s=self.engine.startup_timeout_s))
         config_path = self.run_dir / "router.json"
         config_path.write_text(json.dumps(self.router_config(model_path), indent=2))
-        port = free_port()
+        port = self._port()
         self._helper("router", [sys.executable, "-m", "systems.router.pd_main", "--config", str(config_path),
                                 "--port", str(port), "--stats-out", str(self.run_dir / "router_stats.json")],
                      f"http://127.0.0.1:{port}/health")
