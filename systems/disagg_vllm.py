@@ -29,6 +29,7 @@ import shutil
 import sys
 import time
 from contextlib import ExitStack
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -52,6 +53,7 @@ from systems.launch.ports import free_port
 from systems.launch.processes import ManagedProcess, http_get, wait_http_ready
 from systems.launch.prometheus import parse_metrics
 from systems.launch.vllm_server import VllmServer, VllmServerSpec, launch_vllm_servers
+from systems.router.conductor_view import Estimates
 from systems.router.kv_events import INT_HASHES_ENV, kv_events_config
 from systems.router.pool_index import store_key_prefix
 from systems.vllm_baseline import resolve_device, resolve_model_path, send_warmup
@@ -260,6 +262,7 @@ class DisaggVllmDeployment(ProcessDeployment):
         slo = cfg.slo
         est = engine.router_estimates
         kv_bytes = int(cfg.model.kv_bytes_per_token)
+        kv_tokens = int(engine.cpu_kvcache_space_gib * (1 << 30) // max(kv_bytes, 1))  # one instance's KV cache
         return {**by_role, "policy": PD_POLICY_OF[cfg.system.router], "rejection": engine.rejection,
                 "ttft_slo_s": _ms_to_s(getattr(slo, "ttft_ms", None)), "tbt_slo_s": _ms_to_s(getattr(slo, "tpot_ms", None)),
                 "kvcache_balancing_threshold": engine.kvcache_balancing_threshold, "seed": cfg.seed,
@@ -268,11 +271,9 @@ class DisaggVllmDeployment(ProcessDeployment):
                 "pool_key_prefix": store_key_prefix(Path(model_path).name),
                 "pool_protocol": "tcp" if self.device == "cpu" else "rdma",
                 "pool_query_timeout_s": engine.kv_pool.query_timeout_s,
-                "estimates": {"prefill_overhead_s": est.prefill_overhead_s, "prefill_s_per_token": est.prefill_s_per_token,
-                              "decode_step_s": est.decode_step_s, "decode_step_s_per_seq": est.decode_step_s_per_seq,
-                              "pool_bytes_per_s": est.pool_bytes_per_s, "kv_bytes_per_token": kv_bytes,
-                              "decode_kv_capacity_tokens": int(engine.cpu_kvcache_space_gib * (1 << 30) // max(kv_bytes, 1)),
-                              "local_capacity_tokens": int(engine.cpu_kvcache_space_gib * (1 << 30) // max(kv_bytes, 1))},
+                "estimates": {**{f.name: getattr(est, f.name) for f in fields(Estimates) if hasattr(est, f.name)},
+                              "kv_bytes_per_token": kv_bytes, "decode_kv_capacity_tokens": kv_tokens,
+                              "local_capacity_tokens": kv_tokens},
                 "request_log": str((self.run_dir / "router_requests.jsonl").resolve()),
                 "local_cache": self._local_cache(), "kv_events_port": self.kv_events_port if self._local_cache() else 0}
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from systems.policies.cache_aware import BlockLRU
@@ -80,7 +80,6 @@ class ClusterState:
     estimates: Estimates
     block_size: int
     local_cache_source: str = "routed"
-    fallbacks: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def create(cls, prefill_names: Sequence[str], decode_names: Sequence[str], estimates: Estimates,
