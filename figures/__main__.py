@@ -1,7 +1,8 @@
 """``python -m figures``: regenerate every known figure from the job folders under ``results/``.
 
 Only finished jobs (``summary.json`` with ``status: ok``) are drawn. Nothing is run or recomputed:
-each figure is drawn from the tables its job wrote.
+each figure is drawn from the tables its job wrote. A figure that fails is logged and the others are
+drawn; the exit status is then 1.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import logging
 import sys
 from pathlib import Path
 
-from figures.render import FIGURES_BY_KIND, render_job
+from figures.render import KINDS, FigureError, render_job
+from harness.result_files import SUMMARY_FILE
 
 log = logging.getLogger("figures")
 
@@ -20,7 +22,7 @@ log = logging.getLogger("figures")
 def find_jobs(results_dir: Path, experiment: str | None = None) -> list[tuple[Path, str]]:
     """(job folder, kind) of every finished job under ``results_dir``."""
     jobs = []
-    for summary_path in sorted(results_dir.rglob("summary.json")):
+    for summary_path in sorted(results_dir.rglob(SUMMARY_FILE)):
         try:
             summary = json.loads(summary_path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
@@ -43,16 +45,22 @@ def main(argv: list[str] | None = None) -> int:
     if not args.results_dir.is_dir():
         log.error("results directory %s does not exist: run a job first (make run)", args.results_dir)
         return 1
-    count = 0
+    count, failed = 0, 0
     for job_dir, kind in find_jobs(args.results_dir, args.experiment):
-        if kind not in FIGURES_BY_KIND:
+        if kind not in KINDS:
             log.warning("%s: no figures known for job kind %r", job_dir, kind)
             continue
-        for path in render_job(job_dir, kind):
+        try:
+            paths = render_job(job_dir, kind)
+        except FigureError as exc:
+            log.error("%s: %s", job_dir, exc)
+            failed += 1
+            continue
+        for path in paths:
             log.info("%s", path)
             count += 1
-    log.info("%d files written", count)
-    return 0
+    log.info("%d files written%s", count, f"; {failed} job(s) with failed figures" if failed else "")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

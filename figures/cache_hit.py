@@ -9,6 +9,7 @@ import pandas as pd
 import seaborn as sns
 
 from figures.style import apply_theme, save_figure
+from harness.result_files import CACHE_HIT_FILE, GLOBAL_LOCAL_FILE
 
 
 def _capacity_order(table: pd.DataFrame) -> list[str]:
@@ -19,7 +20,7 @@ def _capacity_order(table: pd.DataFrame) -> list[str]:
 
 def plot_hit_rate_curve(job_dir: Path) -> list[Path]:
     """``cache_hit.png``: prefix hit rate (blocks) against capacity, per policy, one panel per trace."""
-    table = pd.read_csv(Path(job_dir) / "cache_hit.csv")
+    table = pd.read_csv(Path(job_dir) / CACHE_HIT_FILE)
     apply_theme()
     order = _capacity_order(table)
     data = table[["trace", "policy", "capacity", "capacity_blocks", "hit_rate_blocks", "hit_rate_tokens"]]
@@ -35,7 +36,7 @@ def plot_hit_rate_curve(job_dir: Path) -> list[Path]:
 
 def plot_global_vs_local(job_dir: Path) -> list[Path]:
     """``global_local.png``: hit rate of one shared pool vs N private caches, per routing policy."""
-    table = pd.read_csv(Path(job_dir) / "global_local.csv")
+    table = pd.read_csv(Path(job_dir) / GLOBAL_LOCAL_FILE)
     apply_theme()
     long = table.melt(id_vars=["trace", "routing", "capacity_per_instance", "n_instances"],
                       value_vars=["local_hit_rate_blocks", "global_hit_rate_blocks"],

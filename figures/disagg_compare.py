@@ -19,8 +19,8 @@ import pandas as pd
 import seaborn as sns
 
 from figures.style import apply_theme, save_figure
+from harness.result_files import STUDY_FILE
 
-STUDY_FILE = "study.csv"
 FIGURE_NAME = "disagg_comparison"
 
 

@@ -1,4 +1,9 @@
-"""Which figures each kind of job has, and rendering them for one job folder."""
+"""Which figures each kind of job has, and rendering them for one job folder, one way everywhere.
+
+Every figure a job has is attempted; a figure that fails is logged with its traceback and, once the
+others are drawn, :func:`render_job` raises :class:`FigureError` naming each failed figure. The job then
+ends ``failed`` with that reason (its tables are already written), and ``python -m figures`` redraws it.
+"""
 
 from __future__ import annotations
 
@@ -10,24 +15,46 @@ from types import MappingProxyType
 from figures.cache_hit import plot_global_vs_local, plot_hit_rate_curve
 from figures.disagg_compare import plot_disagg_comparison
 from figures.serving import plot_latency_vs_rate
-from figures.sim_studies import plot_sim_study
+from figures.sim_studies import sim_study_plots
 
 log = logging.getLogger(__name__)
 
-FIGURES_BY_KIND: Mapping[str, tuple[Callable[[Path], list[Path]], ...]] = MappingProxyType({
+PlotFn = Callable[[Path], list[Path]]
+
+FIGURES_BY_KIND: Mapping[str, tuple[PlotFn, ...]] = MappingProxyType({
     "cache_study": (plot_hit_rate_curve, plot_global_vs_local),
     "serve": (plot_latency_vs_rate,),
-    "sim_study": (plot_sim_study,),
     "workload": (),
     "compare": (plot_disagg_comparison,),
 })
+KINDS = (*FIGURES_BY_KIND, "sim_study")
+
+
+class FigureError(RuntimeError):
+    """One or more figures of a job could not be drawn (the message names each and why)."""
+
+
+def plots_for(job_dir: Path, kind: str) -> tuple[PlotFn, ...]:
+    """The figures a job of ``kind`` has (a simulator study's depend on its ``study.figure``)."""
+    if kind == "sim_study":
+        return sim_study_plots(Path(job_dir))
+    return FIGURES_BY_KIND.get(kind, ())
 
 
 def render_job(job_dir: Path, kind: str) -> list[Path]:
-    """Render every figure known for ``kind`` from the tables in ``job_dir``; return the files written."""
+    """Render every figure known for ``kind`` from the tables in ``job_dir``; return the files written.
+    ``FigureError`` after all were attempted when any failed."""
     written: list[Path] = []
-    for plot in FIGURES_BY_KIND.get(kind, ()):
-        written.extend(plot(Path(job_dir)))
+    failed: list[str] = []
+    for plot in plots_for(Path(job_dir), kind):
+        try:
+            written.extend(plot(Path(job_dir)))
+        except Exception as exc:  # noqa: BLE001 - every figure is attempted, then the failures are raised together
+            log.exception("%s: figure %s failed", job_dir, plot.__name__)
+            failed.append(f"{plot.__name__}: {type(exc).__name__}: {exc}")
     for path in written:
         log.debug("wrote %s", path)
+    if failed:
+        raise FigureError(f"{len(failed)} figure(s) failed ({'; '.join(failed)}); the tables are written, "
+                          f"python -m figures --results-dir {Path(job_dir).parent} redraws them")
     return written

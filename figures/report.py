@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Optional
 
 from figures.report_claims import CLAIMS, Claim, MissingData, Outcome
-from figures.study_tables import SUMMARY_FILE, JobFolder
+from figures.study_tables import JobFolder
+from harness.result_files import REPORT_FILE, SUMMARY_FILE
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     results_dirs = args.results_dirs or [Path("results")]
-    out, rows = write_report(results_dirs, args.out or results_dirs[0] / "REPORT.md")
+    out, rows = write_report(results_dirs, args.out or results_dirs[0] / REPORT_FILE)
     print(out)
     return 0
 

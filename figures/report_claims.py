@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from figures.study_tables import (
-    Capacity,
     JobFolder,
+    MissingCapacity,
     capacity_ratios,
     capacity_table,
     pareto_table,
@@ -29,10 +29,25 @@ from figures.study_tables import (
     slo_goodput_table,
     splitwise_chosen,
 )
+from harness.result_files import PLACEMENT_FILE
 
 
 class MissingData(Exception):
     """The job folder exists but lacks what the claim needs (an older or reduced preset)."""
+
+
+@dataclass(frozen=True)
+class Bounded:
+    """A capacity as the study wrote it (``capacity.csv``): its value, how the measured loads bound it
+    (``exact``, ``at_least``, ``below_range``), the lowest load measured, and its label."""
+
+    value: float
+    bound: str
+    lowest: float
+    label: str
+
+    def __str__(self) -> str:
+        return self.label
 
 
 @dataclass(frozen=True)
@@ -62,13 +77,21 @@ class Claim:
 
 # ---------------------------------------------------------------------------------------------- helpers
 
+def _capacity(read: Callable[[], pd.DataFrame]) -> pd.DataFrame:
+    """A table read from the study's ``capacity.csv``; ``MissingData`` when the study wrote none."""
+    try:
+        return read()
+    except MissingCapacity as exc:
+        raise MissingData(str(exc)) from exc
+
+
 def _need(table: pd.DataFrame, *columns: str) -> None:
     missing = [c for c in columns if c not in table]
     if missing:
         raise MissingData(f"study.csv has no column {', '.join(missing)}")
 
 
-def _interval(c: Capacity) -> tuple[float, float]:
+def _interval(c: Bounded) -> tuple[float, float]:
     """The range a capacity can lie in, given how the measured points bound it."""
     if c.bound == "at_least":
         return c.value, math.inf
@@ -77,7 +100,7 @@ def _interval(c: Capacity) -> tuple[float, float]:
     return c.value, c.value
 
 
-def ratio_range(a: Capacity, b: Capacity) -> tuple[float, float]:
+def ratio_range(a: Bounded, b: Bounded) -> tuple[float, float]:
     """The range of a / b over the ranges the two capacities can lie in."""
     a_lo, a_hi = _interval(a)
     b_lo, b_hi = _interval(b)
@@ -115,7 +138,7 @@ def distserve_goodput(job: JobFolder) -> Outcome:
     """DistServe's per-GPU goodput over vLLM's, on azure_conv when the job has it."""
     table = job.table()
     _need(table, "variant", "per_gpu_rate", "slo_attainment")
-    goodput = slo_goodput_table(table, str(job.setting("workload.name", "")))
+    goodput = _capacity(lambda: slo_goodput_table(job, str(job.setting("workload.name", ""))))
     parts = []
     results: dict[str, tuple[float, float]] = {}
     for workload, group in goodput.groupby("workload", sort=False):
@@ -123,8 +146,8 @@ def distserve_goodput(job: JobFolder) -> Outcome:
         vl = group[group["system"].str.lower() == "vllm"]
         if ds.empty or vl.empty:
             continue
-        a = Capacity(ds["goodput_rps_per_gpu"].iloc[0], ds["bound"].iloc[0], ds["lowest_measured"].iloc[0])
-        b = Capacity(vl["goodput_rps_per_gpu"].iloc[0], vl["bound"].iloc[0], vl["lowest_measured"].iloc[0])
+        a, b = (Bounded(float(x["goodput_rps_per_gpu"].iloc[0]), str(x["bound"].iloc[0]),
+                        float(x["lowest_measured"].iloc[0]), str(x["label"].iloc[0])) for x in (ds, vl))
         results[workload] = ratio_range(a, b)
         ratio = format_range(*results[workload], lambda r: f"{r:.2f}x")
         parts.append(f"{workload}: {ratio} (DistServe {a} vs vLLM {b} req/s/GPU)")
@@ -139,9 +162,9 @@ def distserve_goodput(job: JobFolder) -> Outcome:
 
 def distserve_placement(job: JobFolder) -> Outcome:
     """The placement search's chosen layout against the DistServe README's."""
-    if not job.has("placement.json"):
-        raise MissingData("the job wrote no placement.json")
-    report = job.json("placement.json")
+    if not job.has(PLACEMENT_FILE):
+        raise MissingData(f"the job wrote no {PLACEMENT_FILE}")
+    report = job.json(PLACEMENT_FILE)
     chosen = report.get("chosen")
     if not chosen:
         raise MissingData("placement.json has no chosen configuration")
@@ -183,7 +206,7 @@ def distserve_pareto(job: JobFolder) -> Outcome:
 def _capacity_gains(job: JobFolder, trace: str) -> pd.DataFrame:
     table = job.table()
     _need(table, "variant", "offered_rate_rps")
-    gains = capacity_ratios(capacity_table(table))
+    gains = capacity_ratios(_capacity(lambda: capacity_table(job)))
     gains = gains[gains["trace"] == trace]
     if gains.empty:
         raise MissingData(f"no {trace}/mooncake and {trace}/vllm variants")
@@ -191,8 +214,10 @@ def _capacity_gains(job: JobFolder, trace: str) -> pd.DataFrame:
 
 
 def _gain_text(row: pd.Series) -> tuple[str, bool, str]:
-    a = Capacity(row["system_capacity_rps"], row["system_bound"], row["system_lowest"])
-    b = Capacity(row["vllm_capacity_rps"], row["vllm_bound"], row["vllm_lowest"])
+    a = Bounded(float(row["system_capacity_rps"]), str(row["system_bound"]), float(row["system_lowest"]),
+                str(row["system_label"]))
+    b = Bounded(float(row["vllm_capacity_rps"]), str(row["vllm_bound"]), float(row["vllm_lowest"]),
+                str(row["vllm_label"]))
     lo, hi = ratio_range(a, b)
     gain = format_range(lo - 1.0, hi - 1.0, lambda g: f"{g:+.0%}", floor=-1.0)
     text = f"{gain} (Mooncake {a} vs vLLM {b} req/s)"

@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from figures.style import apply_theme, save_figure
+from harness.result_files import POINTS_FILE
 
 PANELS = (
     ("TTFT (ms)", ("median_ttft_ms", "p99_ttft_ms")),
@@ -20,7 +21,7 @@ PANELS = (
 
 def plot_latency_vs_rate(job_dir: Path) -> list[Path]:
     """``latency_vs_rate.png``: TTFT, TPOT, ITL, goodput and prefix hit rate against offered rate."""
-    path = Path(job_dir) / "points.csv"
+    path = Path(job_dir) / POINTS_FILE
     if not path.is_file():
         return []
     points = pd.read_csv(path)

@@ -14,8 +14,9 @@
 - ``placement_search`` (alias ``placement``): per-GPU goodput of every DistServe placement candidate
   per phase, the chosen layouts highlighted.
 
-:func:`plot_sim_study` reads ``study.figure`` from the job's ``config.yaml`` and draws it; every figure
-is a PNG plus the CSV of exactly what it plots (``figures.style.save_figure``).
+:func:`sim_study_plots` reads ``study.figure`` from the job's ``config.yaml`` and names the plots
+(``figures.render`` draws them); every figure is a PNG plus the CSV of exactly what it plots
+(``figures.style.save_figure``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import seaborn as sns
 from matplotlib.ticker import FuncFormatter
 
 from figures.study_tables import (
-    LOAD_FILE,
     REJECTION_ORDER,
     SCHEDULING_ORDER,
     JobFolder,
@@ -48,11 +48,11 @@ from figures.study_tables import (
     splitwise_chosen,
 )
 from figures.style import apply_theme, save_figure
+from harness.result_files import LOAD_FILE, PLACEMENT_FILE
 
 log = logging.getLogger(__name__)
 
 PlotFn = Callable[[Path], list[Path]]
-PLACEMENT_FILE = "placement.json"
 
 
 def _job(job_dir: Path) -> JobFolder:
@@ -89,7 +89,7 @@ def plot_slo_goodput(job_dir: Path) -> list[Path]:
     between the measured rates) per system and workload; ``>=`` marks a system that still met the target
     at the highest rate measured."""
     job = _job(job_dir)
-    goodput = slo_goodput_table(job.table(), str(job.setting("workload.name", "")))
+    goodput = slo_goodput_table(job, str(job.setting("workload.name", "")))
     apply_theme()
     grid = sns.catplot(data=goodput, x="system", y="goodput_rps_per_gpu", hue="system", col="workload",
                        kind="bar", dodge=False, height=3.0, aspect=1.2, sharey=True, legend=False)
@@ -197,7 +197,7 @@ def plot_capacity(job_dir: Path) -> list[Path]:
     from (attainment vs offered rate, a panel per trace x threshold)."""
     job = _job(job_dir)
     table = job.table()
-    cap = capacity_table(table)
+    cap = capacity_table(job)
     cap["tbt_threshold"] = [f"{t:g} ms" if not math.isnan(t) else "SLO" for t in cap["tbt_threshold_ms"]]
     apply_theme()
     systems = ordered(cap["system"], ("mooncake",))
@@ -323,24 +323,13 @@ PLOTS_BY_FIGURE: dict[str, tuple[PlotFn, ...]] = {
 }
 
 
-def plot_sim_study(job_dir: Path) -> list[Path]:
-    """Draw the figures ``study.figure`` names for one sim_study job folder; return the files written.
-
-    A figure that fails is logged and skipped (the study's tables are already written; ``python -m
-    figures`` redraws it), so a plotting problem never fails a finished simulation job.
-    """
-    job = _job(job_dir)
-    figure = job.setting("study.figure")
+def sim_study_plots(job_dir: Path) -> tuple[PlotFn, ...]:
+    """The plot functions ``study.figure`` names for one sim_study job folder (none, with a warning, for a
+    name no figure has)."""
+    figure = _job(job_dir).setting("study.figure")
     plots = PLOTS_BY_FIGURE.get(str(figure)) if figure else None
     if not plots:
         log.warning("%s: no figure known for study.figure=%r (known: %s)", job_dir, figure,
                     ", ".join(sorted(PLOTS_BY_FIGURE)))
-        return []
-    written: list[Path] = []
-    for plot in plots:
-        try:
-            written.extend(plot(Path(job_dir)))
-        except Exception:  # noqa: BLE001 - see docstring
-            log.exception("%s: figure %s failed", job_dir, plot.__name__)
-    return written
-
+        return ()
+    return plots

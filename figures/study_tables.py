@@ -1,13 +1,10 @@
-"""Tidy tables derived from the ``study.csv`` of ``job=sim_study`` folders, shared by the figures
-(``figures.sim_studies``) and the reproduction report (``figures.report``).
+"""Tidy tables read from the ``study.csv`` and ``capacity.csv`` of ``job=sim_study`` folders, shared by
+the figures (``figures.sim_studies``) and the reproduction report (``figures.report``).
 
-Nothing here recomputes a metric the study table already has: the helpers parse variant labels into
-columns, pick rows, and derive the few quantities the papers report that no single row holds:
-
-- :func:`capacity_at`: the highest load with SLO attainment >= a target, linearly interpolated between
-  the measured points (Mooncake's *effective request capacity*, DistServe's *per-GPU goodput*);
-- :func:`pareto_mask`: the lower-left (min, min) Pareto front of a point cloud;
-- :func:`load_series`: prefill and decode load over time from ``load.csv``.
+Nothing here recomputes a metric: the study wrote every metric, including the highest load meeting the
+SLO (``capacity.csv``, :mod:`harness.capacity`). The helpers parse variant labels into columns, pick and
+reshape rows, and mark what a plot needs to show: the lower-left Pareto front of a point cloud
+(:func:`pareto_mask`) and load over time (:func:`load_series`, from ``load.csv``).
 """
 
 from __future__ import annotations
@@ -18,19 +15,18 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import yaml
 
+from harness.result_files import CAPACITY_FILE, CONFIG_FILE, STUDY_FILE, SUMMARY_FILE
+
 log = logging.getLogger(__name__)
 
-STUDY_FILE = "study.csv"
-LOAD_FILE = "load.csv"
-CONFIG_FILE = "config.yaml"
-SUMMARY_FILE = "summary.json"
 DEFAULT_TARGET = 0.9
+CAPACITY_TEXT_COLUMNS = {"variant": str, "attainment": str, "load": str, "bound": str, "label": str}
 THRESHOLD_COLUMN = re.compile(r"^attainment_tbt_(\d+(?:\.\d+)?)ms$")
 
 # Fixed orders the papers use (unknown labels follow, in table order).
@@ -40,6 +36,10 @@ MODE_ALIASES = {"no_rejection": "none"}
 
 
 # ---------------------------------------------------------------------------------------------- job folders
+
+class MissingCapacity(FileNotFoundError):
+    """A study folder has no ``capacity.csv`` (written by an older version of the suite)."""
+
 
 @dataclass
 class JobFolder:
@@ -114,64 +114,6 @@ def attainment_target(table: pd.DataFrame, default: float = DEFAULT_TARGET) -> f
 
 # ---------------------------------------------------------------------------------------------- capacity
 
-@dataclass(frozen=True)
-class Capacity:
-    """The highest load meeting an attainment target.
-
-    ``bound`` says how far the measured points pin it down: ``exact`` (interpolated between a passing and
-    the next, failing point), ``at_least`` (the highest measured point still passes: ``value`` is a lower
-    bound) or ``below_range`` (even the lowest measured point fails: ``value`` is 0, the true capacity
-    lies below ``lowest``).
-    """
-
-    value: float
-    bound: str
-    lowest: float = math.nan
-    highest: float = math.nan
-
-    def __str__(self) -> str:
-        if self.bound == "at_least":
-            return f">={self.value:.3g}"
-        if self.bound == "below_range":
-            return f"0 (<{self.lowest:.3g})"
-        return f"{self.value:.3g}"
-
-
-def capacity_at(rates: Any, attainment: Any, target: float = DEFAULT_TARGET) -> Capacity:
-    """The highest rate whose attainment is >= ``target``: the highest passing measured point, moved
-    towards the next (failing) point by linear interpolation of attainment; 0 when every point fails.
-
-    NaN pairs are dropped; the points are sorted by rate. ``ValueError`` when no point remains.
-    """
-    frame = pd.DataFrame({"rate": np.asarray(rates, dtype=float), "att": np.asarray(attainment, dtype=float)})
-    frame = frame.dropna().sort_values("rate", kind="mergesort").reset_index(drop=True)
-    if frame.empty:
-        raise ValueError("capacity_at: no (rate, attainment) point")
-    rate, att = frame["rate"].to_numpy(), frame["att"].to_numpy()
-    lowest, highest = float(rate[0]), float(rate[-1])
-    passing = np.flatnonzero(att >= target)
-    if passing.size == 0:
-        return Capacity(0.0, "below_range", lowest, highest)
-    i = int(passing[-1])
-    if i == len(rate) - 1:
-        return Capacity(float(rate[i]), "at_least", lowest, highest)
-    r0, r1, a0, a1 = rate[i], rate[i + 1], att[i], att[i + 1]
-    value = r0 + (a0 - target) / (a0 - a1) * (r1 - r0) if a0 > a1 else r0
-    return Capacity(float(value), "exact", lowest, highest)
-
-
-def capacity_frame(table: pd.DataFrame, by: list[str], x: str, y: str, target: float) -> pd.DataFrame:
-    """One row per ``by`` group: ``capacity`` (see :func:`capacity_at`), ``bound``, the measured range."""
-    rows = []
-    for key, group in table.groupby(by, sort=False, dropna=False):
-        cap = capacity_at(group[x], group[y], target)
-        keys = key if isinstance(key, tuple) else (key,)
-        rows.append({**dict(zip(by, keys, strict=True)), "capacity": cap.value, "bound": cap.bound,
-                     "lowest_measured": cap.lowest, "highest_measured": cap.highest, "target": target,
-                     "label": str(cap)})
-    return pd.DataFrame(rows)
-
-
 def tbt_thresholds(table: pd.DataFrame) -> list[tuple[float, str]]:
     """``(threshold_ms, column)`` of every ``attainment_tbt_<x>ms`` column, by threshold."""
     found = [(float(m.group(1)), c) for c in table.columns if (m := THRESHOLD_COLUMN.match(str(c)))]
@@ -197,12 +139,25 @@ def attainment_long(table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def capacity_table(table: pd.DataFrame, target: Optional[float] = None) -> pd.DataFrame:
-    """Effective request capacity (req/s) per trace x system x TBT threshold (Mooncake FAST'25)."""
-    target = attainment_target(table) if target is None else target
-    long = attainment_long(table)
-    cap = capacity_frame(long, ["trace", "system", "tbt_threshold_ms"], "offered_rate_rps", "attainment", target)
-    return cap.rename(columns={"capacity": "capacity_rps"})
+def _capacity_rows(job: JobFolder, load: str) -> pd.DataFrame:
+    """The rows of the job's ``capacity.csv`` over load column ``load`` (``MissingCapacity`` when absent)."""
+    if not job.has(CAPACITY_FILE):
+        raise MissingCapacity(f"{job.path}: the study wrote no {CAPACITY_FILE} (rerun it with this version)")
+    cap = pd.read_csv(job.path / CAPACITY_FILE, dtype=CAPACITY_TEXT_COLUMNS)
+    return cap[cap["load"] == load]
+
+
+def capacity_table(job: JobFolder) -> pd.DataFrame:
+    """Effective request capacity (req/s of offered rate) per trace x system x TBT threshold (Mooncake
+    FAST'25), from ``capacity.csv``; the study's own SLO attainment when it has no TBT thresholds."""
+    cap = _capacity_rows(job, "offered_rate_rps")
+    by_threshold = cap[cap["attainment"].astype(str).str.match(THRESHOLD_COLUMN)]
+    cap = by_threshold if not by_threshold.empty else cap[cap["attainment"] == "slo_attainment"]
+    parts = [split_label(v) for v in cap["variant"]]
+    out = cap.assign(trace=[t or "all" for t, _ in parts], system=[n for _, n in parts])
+    keep = ["trace", "system", "tbt_threshold_ms", "capacity", "bound", "lowest_measured", "highest_measured",
+            "target", "label"]
+    return out[keep].rename(columns={"capacity": "capacity_rps"}).reset_index(drop=True)
 
 
 def is_vllm(name: str) -> bool:
@@ -222,9 +177,10 @@ def capacity_ratios(cap: pd.DataFrame, system: str = "mooncake") -> pd.DataFrame
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = float(np.float64(a["capacity_rps"]) / np.float64(b["capacity_rps"]))
         rows.append({"trace": trace, "tbt_threshold_ms": threshold, "system_capacity_rps": a["capacity_rps"],
-                     "system_bound": a["bound"], "system_lowest": a["lowest_measured"],
+                     "system_bound": a["bound"], "system_lowest": a["lowest_measured"], "system_label": a["label"],
                      "vllm_capacity_rps": b["capacity_rps"], "vllm_bound": b["bound"],
-                     "vllm_lowest": b["lowest_measured"], "ratio": ratio, "gain_pct": (ratio - 1.0) * 100.0})
+                     "vllm_lowest": b["lowest_measured"], "vllm_label": b["label"], "ratio": ratio,
+                     "gain_pct": (ratio - 1.0) * 100.0})
     return pd.DataFrame(rows)
 
 
@@ -238,12 +194,14 @@ def slo_frame(table: pd.DataFrame, default_workload: str = "") -> pd.DataFrame:
                         system=[s for _, s in parts])
 
 
-def slo_goodput_table(table: pd.DataFrame, default_workload: str = "", target: Optional[float] = None) -> pd.DataFrame:
-    """Per workload x system: the highest per-GPU rate with SLO attainment >= target (interpolated)."""
-    target = attainment_target(table) if target is None else target
-    frame = slo_frame(table, default_workload)
-    cap = capacity_frame(frame, ["workload", "system"], "per_gpu_rate", "slo_attainment", target)
-    return cap.rename(columns={"capacity": "goodput_rps_per_gpu"})
+def slo_goodput_table(job: JobFolder, default_workload: str = "") -> pd.DataFrame:
+    """Per workload x system: the highest per-GPU rate with SLO attainment >= target (``capacity.csv``)."""
+    cap = _capacity_rows(job, "per_gpu_rate")
+    cap = cap[cap["attainment"] == "slo_attainment"]
+    parts = [split_label(v) for v in cap["variant"]]
+    out = cap.assign(workload=[w or default_workload or "default" for w, _ in parts], system=[n for _, n in parts])
+    keep = ["workload", "system", "capacity", "bound", "lowest_measured", "highest_measured", "target", "label"]
+    return out[keep].rename(columns={"capacity": "goodput_rps_per_gpu"}).reset_index(drop=True)
 
 
 # ---------------------------------------------------------------------------------------------- Pareto

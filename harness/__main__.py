@@ -1,4 +1,10 @@
-"""``python -m harness``: the Hydra entry point (composition root of every run)."""
+"""``python -m harness``: the Hydra entry point (composition root of every run).
+
+A :class:`~harness.errors.UserError` (bad config, missing or malformed file, a deployment that cannot
+start) is printed as one line naming the file, line or key, with exit status 2 and no traceback; the
+job folder keeps its ``summary.json`` with ``status: failed`` and the reason. Anything else is a bug and
+keeps its traceback.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +14,15 @@ import hydra
 from omegaconf import DictConfig
 
 from harness.app import context_from_hydra, run_job
-from harness.config import ConfigError, register_configs
-from harness.engines import DeploymentError, EngineUnavailableError
-from systems.launch.ports import PortInUseError
-from systems.launch.processes import ServerStartError
-from workloads.errors import WorkloadError
-
-# Failures with a message that says what is wrong: printed without a traceback, exit code 2.
-USER_ERRORS = (ConfigError, WorkloadError, EngineUnavailableError, DeploymentError, ServerStartError, PortInUseError)
+from harness.config import register_configs
+from harness.errors import UserError
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     try:
         run_job(cfg, context_from_hydra(cfg))
-    except USER_ERRORS as exc:
-        # Bad input: a message naming the key, file or line; non-zero exit; no traceback.
+    except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
 

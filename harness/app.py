@@ -3,7 +3,8 @@ write ``summary.json`` and publish to the configured tracker.
 
 The folder gets a ``summary.json`` with ``status: running`` before any work and ``ok`` only after
 every table and figure it names is written; any exception (or Ctrl-C) rewrites it as ``failed``
-with the reason, so a crashed or killed run never looks successful.
+with the reason, so a crashed or killed run never looks successful. A figure that cannot be drawn
+fails the job the same way (``figures.render.FigureError``), after its tables are written.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from harness import provenance
 from harness.config import Config, validate
 from harness.jobs import JobResult
 from harness.records import RunSummary
-from harness.results import CONFIG_FILE, RunFolder
+from harness.result_files import CONFIG_FILE, SUMMARY_FILE
+from harness.results import RunFolder
 from harness.serve_job import run_serve
 from harness.studies.cache_hit import run_cache_study
 from harness.studies.dispatch import run_sim_study
@@ -122,7 +124,7 @@ def run_job(cfg: DictConfig, ctx: JobContext) -> RunSummary:
         reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         summary = dataclasses.replace(summary, status="failed", reason=reason, finished_at=_now())
         ctx.folder.write_summary(summary)
-        log.error("job failed: %s (summary: %s)", reason, ctx.folder.file("summary.json"))
+        log.error("job failed: %s (summary: %s)", reason, ctx.folder.file(SUMMARY_FILE))
         raise
     for name, path in summary.files.items():
         log.info("%s: %s", name, ctx.folder.file(path))

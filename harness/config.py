@@ -1,135 +1,37 @@
-"""Typed configuration: the structured-config schemas behind every ``conf/`` group.
+"""Typed configuration: the root schema every run composes onto, and its validation.
 
-Hydra composes YAML over these dataclasses, so an unknown key or a value of the wrong type is
-rejected during composition, naming the key. ``validate`` then turns the composed tree into
-dataclass instances, which catches missing required values (``???``) and the value checks in each
-dataclass's ``__post_init__`` before any work starts.
+The schemas of what is deployed live with the systems (``systems/config.py``: system, model, hardware;
+``systems/engine_config.py``: engines), the workloads' with the workloads (``workloads/config.py``);
+the harness's own (SLO, validity, logger, studies, sweeps) are here or next to their code. Hydra
+composes YAML over these dataclasses, so an unknown key or a value of the wrong type is rejected during
+composition, naming the key. :func:`validate` then turns the composed tree into dataclass instances,
+which runs each dataclass's ``__post_init__`` checks, and checks the rules that span groups: the
+system's topology against the engine (:func:`systems.topology.check_deployment`) and the job's own
+requirements. Every failure is one :class:`~harness.errors.ConfigError` naming the key, before any work.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from harness.engine_config import ENGINE_SCHEMAS
+from harness.errors import ConfigError
 from harness.slo import SLOConfig
 from harness.validity import ValidityConfig
+from systems.config import CONF_DIR, HardwareConfig, ModelConfig, SystemConfig
+from systems.engine_config import ENGINE_SCHEMAS
+from systems.topology import check_deployment
 from workloads.config import AzureTraceConfig, MooncakeTraceConfig, SharedPrefixConfig
 
-SYSTEMS = ("vllm_baseline", "mooncake", "distserve", "splitwise")
 JOBS = ("serve", "cache_study", "workload", "sim_study", "compare")
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing or invalid; the message names the key."""
-
-
-@dataclass
-class SystemConfig:
-    """Which deployment design runs, and how many instances of each role it has."""
-
-    name: str = MISSING
-    description: str = ""
-    colocated_instances: int = 0  # vLLM-style instances doing prefill and decode
-    prefill_instances: int = 0
-    decode_instances: int = 0
-    mixed_instances: int = 0  # Splitwise's mixed pool: instances that run both phases and take overflow
-    router: str = "round_robin"  # routing policy name
-    gpu_budget: Optional[int] = None  # GPUs the deployment may use (checked by the simulator); None: unlimited
-    prefix_caching: bool = True
-
-    def __post_init__(self) -> None:
-        if self.name not in SYSTEMS:
-            raise ConfigError(f"system.name: expected one of {', '.join(SYSTEMS)}, got {self.name!r}")
-        for key in ("colocated_instances", "prefill_instances", "decode_instances", "mixed_instances"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"system.{key}: must be >= 0, got {getattr(self, key)}")
-        if self.colocated_instances + self.prefill_instances + self.decode_instances == 0:
-            raise ConfigError("system: at least one of colocated_instances, prefill_instances, decode_instances must be > 0")
-
-    @property
-    def n_instances(self) -> int:
-        return self.colocated_instances + self.prefill_instances + self.decode_instances + self.mixed_instances
-
-
-@dataclass
-class ModelConfig:
-    """Model shape (enough for KV sizing and performance models) and where its weights live."""
-
-    name: str = MISSING
-    path: Optional[str] = None  # local checkpoint folder (synthetic models: where the build is cached)
-    synthetic: bool = False  # True: built locally with random weights and a local tokenizer (tiny_llama)
-    num_layers: int = MISSING
-    hidden_size: int = MISSING
-    num_attention_heads: int = MISSING
-    num_kv_heads: int = MISSING
-    head_dim: int = MISSING
-    intermediate_size: int = MISSING
-    vocab_size: int = MISSING
-    max_model_len: int = MISSING
-    params_billion: float = MISSING
-    kv_dtype_bytes: int = 2
-    special_token_ids: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        for key in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
-                    "vocab_size", "max_model_len", "kv_dtype_bytes"):
-            if getattr(self, key) <= 0:
-                raise ConfigError(f"model.{key}: must be > 0, got {getattr(self, key)}")
-        if self.num_attention_heads % self.num_kv_heads:
-            raise ConfigError("model.num_kv_heads: must divide model.num_attention_heads")
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V for every layer and KV head (GQA-aware)."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_dtype_bytes
-
-
-@dataclass
-class HardwareConfig:
-    """One accelerator (or CPU host) type. Figures come from vendor data sheets (cited in the YAML).
-
-    The efficiency, latency and overhead keys feed the simulator's roofline model
-    (``systems/sim/perf/roofline.py``); the YAML states where each number comes from.
-    """
-
-    name: str = MISSING
-    kind: str = "gpu"  # gpu | cpu
-    peak_tflops_bf16: float = MISSING  # dense
-    mem_bandwidth_gbps: float = MISSING  # GB/s
-    mem_gib: float = MISSING
-    devices_per_node: int = 1
-    power_w: Optional[float] = None  # per device (TDP, or the cap of a power-capped part)
-    price_per_hour_usd: Optional[float] = None  # per device
-    interconnect_gbps: Optional[float] = None  # intra-node GB/s per device, bidirectional (as data sheets quote)
-    compute_efficiency: float = 0.6  # achievable fraction of peak_tflops_bf16 in dense GEMMs
-    memory_efficiency: float = 0.8  # achievable fraction of mem_bandwidth_gbps when streaming weights/KV
-    interconnect_efficiency: float = 0.7  # achievable fraction of interconnect_gbps in an all-reduce
-    allreduce_latency_us: float = 10.0  # fixed cost of one all-reduce per log2(tp) step
-    iteration_overhead_ms: float = 0.0  # fixed cost of one engine iteration (scheduling, launches, sampling)
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("gpu", "cpu"):
-            raise ConfigError(f"hardware.kind: expected gpu or cpu, got {self.kind!r}")
-        for key in ("peak_tflops_bf16", "mem_bandwidth_gbps", "mem_gib", "devices_per_node"):
-            if getattr(self, key) <= 0:
-                raise ConfigError(f"hardware.{key}: must be > 0, got {getattr(self, key)}")
-        for key in ("power_w", "price_per_hour_usd", "interconnect_gbps"):
-            value = getattr(self, key)
-            if value is not None and value <= 0:
-                raise ConfigError(f"hardware.{key}: must be > 0 or null, got {value}")
-        for key in ("compute_efficiency", "memory_efficiency", "interconnect_efficiency"):
-            value = getattr(self, key)
-            if not 0 < value <= 1:
-                raise ConfigError(f"hardware.{key}: must be in (0, 1] (a fraction of the peak), got {value}")
-        for key in ("allreduce_latency_us", "iteration_overhead_ms"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"hardware.{key}: must be >= 0, got {getattr(self, key)}")
+RATE_ARRIVALS = ("poisson", "gamma")  # arrival processes a measured point may set the rate of
 
 
 @dataclass
@@ -283,8 +185,27 @@ def check_unknown_keys(node: DictConfig, path: str = "") -> None:
             check_unknown_keys(child, f"{path}.{key}" if path else str(key))
 
 
+def check_config(config: Config) -> None:
+    """The rules that span config groups: the deployment's topology on its engine, and what the job needs."""
+    check_deployment(config.system, config.engine.name)
+    if config.job == "serve" and config.sweep.rates_rps:
+        kind = config.workload.arrival.kind
+        if kind not in RATE_ARRIVALS:
+            raise ConfigError(f"sweep.rates_rps: sets the rate of a {' or '.join(RATE_ARRIVALS)} arrival process, but "
+                              f"workload.arrival.kind={kind} (workload={config.workload.name}); to replay its requests at "
+                              "each rate add workload.arrival.kind=poisson workload.arrival.rate_rps=1 (each point "
+                              "replaces the rate)")
+
+
 def validate(cfg: DictConfig) -> Config:
-    """Turn the composed config into dataclasses, raising ``ConfigError`` that names the bad key."""
+    """Turn the composed config into dataclasses and check it, raising ``ConfigError`` that names the bad key."""
+    config = to_config(cfg)
+    check_config(config)
+    return config
+
+
+def to_config(cfg: DictConfig) -> Config:
+    """The composed config as dataclasses (each schema's own checks run); ``ConfigError`` naming the key."""
     check_unknown_keys(cfg)
     try:
         return OmegaConf.to_object(cfg)  # type: ignore[return-value]
@@ -299,3 +220,21 @@ def validate(cfg: DictConfig) -> Config:
         raise
     except ValueError as exc:  # value checks in the schemas' __post_init__ (they name the key)
         raise ConfigError(str(exc)) from exc
+
+
+def compose_config(overrides: Sequence[str], conf_dir: Path = CONF_DIR) -> DictConfig:
+    """``conf/config.yaml`` composed with ``overrides``, exactly as ``python -m harness <overrides>`` would
+    (unvalidated: :func:`validate` turns it into a :class:`Config`). Inside a running Hydra app the app's
+    config search path is used. ``ConfigError`` naming the overrides when Hydra cannot compose them."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+
+    register_configs()
+    try:
+        if GlobalHydra.instance().is_initialized():
+            return compose(config_name="config", overrides=list(overrides))
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            return compose(config_name="config", overrides=list(overrides))
+    except HydraException as exc:
+        raise ConfigError(f"{list(overrides)}: {exc}") from exc

@@ -1,81 +1,41 @@
-"""The engine interface and the factory that picks a deployment by ``(engine, system)``.
+"""The factory that picks and builds the deployment a config describes (the engine contract itself is
+:mod:`systems.contract`).
 
-A deployment is brought up once per serving job (``with open_deployment(cfg, folder) as d``), runs
-one or more measured points (``d.run_point``) and is always torn down, even on Ctrl-C or an error.
-Every point returns one ``RequestRecord`` per issued request. Asking for a combination this version
-does not ship is an error that says so, never a silent fallback.
+``engine=sim`` is the simulator; ``engine=vllm`` the vLLM baseline or a disaggregated vLLM deployment,
+by the system's topology; ``engine=sglang`` SGLang servers; ``engine=endpoint`` a service the user
+started. Which ``(system, engine, router)`` combinations exist was checked when the config was
+validated (:mod:`systems.topology`); HTTP deployments get the harness's load generator as their
+:class:`~systems.contract.LoadDriver`.
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-from harness.records import RequestRecord
-from harness.results import RunFolder
-from workloads.base import WorkloadRequests
-
-NOT_SHIPPED: dict[str, str] = {}
+from harness.config import Config
+from harness.load_driver import LoadGenDriver
+from systems.contract import Deployment, JobFolder
+from systems.topology import topology_of
 
 
-class EngineUnavailableError(RuntimeError):
-    """The requested engine/system combination is not part of this version of the suite."""
-
-
-class DeploymentError(RuntimeError):
-    """A deployment failed while serving (a server died, a component stopped answering)."""
-
-
-@dataclass(frozen=True)
-class EngineResult:
-    """Records of every issued request of one point, plus what the engine knows about it."""
-
-    records: tuple[RequestRecord, ...]
-    n_gpus: int = 1
-    invalid_reasons: tuple[str, ...] = ()
-    info: dict[str, Any] = field(default_factory=dict)  # engine-side measurements (e.g. prefix hits)
-
-
-class Deployment(Protocol):
-    """A running system under test."""
-
-    context_limit: int | None  # prompt + output tokens the engine accepts; None when unlimited (simulator)
-    kv_block_size: int  # the engine's KV block, for predicting prefix hits
-
-    def run_point(self, requests: WorkloadRequests, folder: RunFolder) -> EngineResult: ...
-
-    def check_health(self) -> None:
-        """Raise ``DeploymentError`` if a component died."""
-        ...
-
-    def describe(self) -> dict[str, Any]: ...
-
-
-def open_deployment(cfg: Any, folder: RunFolder) -> AbstractContextManager[Deployment]:
-    """Bring up the deployment named by ``cfg.engine.name`` and ``cfg.system.name``."""
-    engine, system = cfg.engine.name, cfg.system.name
+def open_deployment(cfg: Config, folder: JobFolder) -> Deployment:
+    """The deployment of ``cfg`` as an unentered context manager (``with open_deployment(...) as d``)."""
+    engine = cfg.engine.name
     if engine == "sim":
         from systems.sim.deployment import SimDeployment
 
         return SimDeployment(cfg, folder)
+    driver = LoadGenDriver(cfg.model, cfg.seed, cfg.engine.load)
     if engine == "endpoint":
-        from systems.endpoint import EndpointDeployment
+        from systems.deployments.endpoint import EndpointDeployment
 
-        return EndpointDeployment(cfg, folder)
-    if engine == "vllm" and system == "vllm_baseline":
-        from systems.vllm_baseline import VllmBaselineDeployment
-
-        return VllmBaselineDeployment(cfg, folder)
-    if engine == "vllm":
-        from systems.disagg_vllm import DisaggVllmDeployment
-
-        return DisaggVllmDeployment(cfg, folder)
+        return EndpointDeployment(cfg, folder, driver)
     if engine == "sglang":
-        from systems.sglang_pd import SglangPDDeployment
+        from systems.deployments.sglang import SglangDeployment
 
-        return SglangPDDeployment(cfg, folder)
-    raise EngineUnavailableError(
-        f"engine={engine}: {NOT_SHIPPED.get(engine, engine)} is not shipped in this version of the suite. "
-        "What runs: engine=sim, engine=vllm and engine=sglang (GPU hosts) for every system, engine=endpoint "
-        "engine.url=..., and job=workload.")
+        return SglangDeployment(cfg, folder, driver)
+    if topology_of(cfg.system.name).disaggregated:
+        from systems.deployments.disagg import DisaggVllmDeployment
+
+        return DisaggVllmDeployment(cfg, folder, driver)
+    from systems.deployments.vllm_baseline import VllmBaselineDeployment
+
+    return VllmBaselineDeployment(cfg, folder, driver)

@@ -11,17 +11,18 @@ from typing import Any
 import numpy as np
 
 from harness.records import RequestSpec
+from systems.config import ModelConfig
 from systems.kvcache import EvictionPolicy, flatten_blocks, replay_prefix_hits
 from workloads.base import WorkloadRequests
 from workloads.tokens import VocabSpec, prompt_token_ids
 
 
-def vocab_of(model_cfg: Any) -> VocabSpec:
+def vocab_of(model_cfg: ModelConfig) -> VocabSpec:
     """The regular vocabulary of a model config (ids below ``vocab_size``, minus its special ids)."""
     return VocabSpec(vocab_size=int(model_cfg.vocab_size), special_token_ids=tuple(model_cfg.special_token_ids))
 
 
-def build_prompts(specs: Sequence[RequestSpec], model_cfg: Any, seed: int = 0) -> list[list[int]]:
+def build_prompts(specs: Sequence[RequestSpec], model_cfg: ModelConfig, seed: int = 0) -> list[list[int]]:
     """Token ids of every prompt, computed before the run (shared blocks give identical tokens)."""
     vocab = vocab_of(model_cfg)
     return [prompt_token_ids(spec, vocab, seed=seed).tolist() for spec in specs]

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.result_files import REPORT_FILE
+
 log = logging.getLogger("harness.reproduce")
 
 # (experiment, what it reproduces, typical minutes on a 2-core machine, override that silences progress bars)
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     report = subprocess.run([sys.executable, "-m", "figures.report", "--results-dir", args.results_dir], check=False)
     if report.returncode:
         failed.append("figures.report")
-    log.info("report: %s", Path(args.results_dir) / "REPORT.md")
+    log.info("report: %s", Path(args.results_dir) / REPORT_FILE)
     if failed:
         log.error("failed: %s (see each job's summary.json and harness.log)", ", ".join(failed))
         return 1

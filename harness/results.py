@@ -19,10 +19,7 @@ from typing import Any
 import pandas as pd
 
 from harness.records import RequestRecord, RequestStatus, RunSummary
-
-SUMMARY_FILE = "summary.json"
-CONFIG_FILE = "config.yaml"
-REQUESTS_FILE = "requests.parquet"
+from harness.result_files import REQUESTS_FILE, SUMMARY_FILE
 
 _RECORD_FIELDS = [f.name for f in dataclasses.fields(RequestRecord)]
 

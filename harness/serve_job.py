@@ -9,42 +9,41 @@ measured so far are still written, then the job fails.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
 
-from harness.engines import Deployment, EngineResult, open_deployment
+from harness.config import Config
+from harness.engines import open_deployment
 from harness.jobs import JobResult
 from harness.metrics import request_frame, summarize
 from harness.prompts import fit_to_context, predicted_prefix_hit_rate
-from harness.results import REQUESTS_FILE, RunFolder, records_frame
+from harness.result_files import POINTS_FILE, REQUESTS_FILE
+from harness.results import RunFolder, records_frame
 from harness.validity import assess_validity
+from systems.contract import Deployment, EngineResult
 from workloads.base import WorkloadRequests
+from workloads.config import WorkloadConfig
+from workloads.load_point import workload_at
 from workloads.registry import build_workload, to_workload_config
 
 log = logging.getLogger(__name__)
 
-POINTS_FILE = "points.csv"
 
-
-def point_workloads(cfg: Any) -> list[tuple[float | None, Any]]:
+def point_workloads(cfg: Config) -> list[tuple[float | None, WorkloadConfig]]:
     """(rate or None, workload config) of every measured point."""
-    base = to_workload_config(cfg.workload)
     if not cfg.sweep.rates_rps:
-        return [(None, base)]
-    if base.arrival.kind not in ("poisson", "gamma"):
-        raise ValueError(f"sweep.rates_rps: needs workload.arrival.kind poisson or gamma, got {base.arrival.kind!r}")
-    return [(float(rate), dataclasses.replace(base, arrival=dataclasses.replace(base.arrival, rate_rps=float(rate))))
+        return [(None, to_workload_config(cfg.workload))]
+    return [(float(rate), workload_at(cfg.workload, rate_rps=rate, rate_key="sweep.rates_rps"))
             for rate in cfg.sweep.rates_rps]
 
 
-def _prepare(requests: WorkloadRequests, deployment: Deployment, cfg: Any) -> tuple[WorkloadRequests, dict[str, Any]]:
+def _prepare(requests: WorkloadRequests, deployment: Deployment, cfg: Config) -> tuple[WorkloadRequests, dict[str, Any]]:
     info: dict[str, Any] = {}
     limit = deployment.context_limit
-    if limit is not None and getattr(cfg.engine, "cap_to_context", True):
+    if limit is not None and cfg.engine.cap_to_context:
         requests, info = fit_to_context(requests, limit)
         if info["n_prompt_capped"] or info["n_output_capped"]:
             log.warning("%d prompts and %d outputs capped to fit a %d-token context", info["n_prompt_capped"],
@@ -60,8 +59,8 @@ def _point_frame(index: int, rate: float | None, result: EngineResult) -> pd.Dat
     return frame
 
 
-def run_serve(cfg: Any, folder: RunFolder,
-              deployment_factory: Callable[[Any, RunFolder], Any] = open_deployment) -> JobResult:
+def run_serve(cfg: Config, folder: RunFolder,
+              deployment_factory: Callable[[Any, RunFolder], Deployment] = open_deployment) -> JobResult:
     """Run every point on one deployment and summarise each."""
     points = point_workloads(cfg)
     frames: list[pd.DataFrame] = []

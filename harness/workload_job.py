@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
 
 import pandas as pd
 
+from harness.config import Config
 from harness.jobs import JobResult
+from harness.result_files import WORKLOAD_FILE
 from harness.results import RunFolder
 from workloads.registry import build_workload
 
 log = logging.getLogger(__name__)
 
-WORKLOAD_FILE = "workload.parquet"
 
-
-def run_workload(cfg: Any, folder: RunFolder) -> JobResult:
+def run_workload(cfg: Config, folder: RunFolder) -> JobResult:
     requests = build_workload(cfg.workload, data_dir=cfg.data_dir).requests()
     rows = [dataclasses.asdict(spec) for spec in requests.specs]
     for row in rows:

@@ -1,11 +1,15 @@
-"""Shared test fixtures: the directory holding the public traces (found like the suite finds them)."""
+"""Shared test fixtures: the directory holding the public traces (found like the suite finds them), and
+Hydra composition of ``conf/`` exactly as the app does it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from harness.config import compose_config, validate
 from workloads.datadir import resolve_trace_path
 from workloads.errors import TraceNotFoundError
 
@@ -18,3 +22,15 @@ def shared_traces() -> Path:
     except TraceNotFoundError as exc:
         pytest.fail(f"the tests need the public traces: {exc}")
     return path.parent.parent
+
+
+@pytest.fixture(scope="session")
+def compose() -> Callable[..., Any]:
+    """``compose(overrides)``: the validated ``Config`` of ``conf/config.yaml`` with ``overrides``, as
+    ``python -m harness`` composes it; ``compose(overrides, validated=False)``: the raw ``DictConfig``."""
+
+    def _compose(overrides: Sequence[str] = (), validated: bool = True) -> Any:
+        raw = compose_config(list(overrides))
+        return validate(raw) if validated else raw
+
+    return _compose

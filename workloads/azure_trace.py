@@ -18,7 +18,7 @@ from harness.records import RequestSpec
 from workloads.base import LoadedRequests, Workload
 from workloads.config import AzureTraceConfig
 from workloads.datadir import resolve_trace_path
-from workloads.errors import TraceFormatError
+from workloads.errors import TraceFormatError, not_utf8_error
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +63,11 @@ def load_azure_trace(path: str | Path, block_size: int = 512) -> LoadedRequests:
     Every problem raises :class:`TraceFormatError` with the file and line.
     """
     path = Path(path)
-    with path.open("r", encoding="utf-8-sig", newline=None) as fh:
-        lines = fh.read().split("\n")
+    try:
+        with path.open("r", encoding="utf-8-sig", newline=None) as fh:
+            lines = fh.read().split("\n")
+    except UnicodeDecodeError:
+        raise not_utf8_error(path) from None
     if lines and lines[-1] == "":
         lines.pop()  # the terminator of the last line
     header = lines[0] if lines else ""

@@ -1,11 +1,14 @@
-"""Exceptions raised while configuring, locating, parsing or generating a workload."""
+"""Exceptions raised while configuring, locating, parsing or generating a workload (all user errors)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
+from harness.errors import UserError
 
-class WorkloadError(Exception):
+
+class WorkloadError(UserError):
     """A workload cannot be built (base class of every error in this package)."""
 
 
@@ -40,3 +43,17 @@ class TraceFormatError(WorkloadError, ValueError):
 
     def __reduce__(self):  # keep it picklable (e.g. across multiprocessing)
         return (type(self), (self.path, self.line, self.field, self.problem))
+
+
+def not_utf8_error(path: str | Path) -> TraceFormatError:
+    """The :class:`TraceFormatError` naming the first line of ``path`` that is not valid UTF-8 (raise it
+    where reading the file as text failed with ``UnicodeDecodeError``)."""
+    with Path(path).open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return TraceFormatError(str(path), line_no, "encoding",
+                                        f"byte 0x{raw[exc.start]:02x} at column {exc.start + 1} is not UTF-8 text; "
+                                        "traces must be UTF-8")
+    return TraceFormatError(str(path), 1, "encoding", "not UTF-8 text; traces must be UTF-8")

@@ -21,7 +21,7 @@ from harness.records import RequestSpec
 from workloads.base import LoadedRequests, Workload
 from workloads.config import MooncakeTraceConfig
 from workloads.datadir import resolve_trace_path
-from workloads.errors import TraceFormatError
+from workloads.errors import TraceFormatError, not_utf8_error
 
 logger = logging.getLogger(__name__)
 
@@ -134,29 +134,32 @@ def load_mooncake_trace(path: str | Path, block_size: int = 512, strict: bool = 
     reasons: Counter[str] = Counter()
     previous_ts: Optional[float] = None
     n_lines = 0
-    with path.open("r", encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, start=1):
-            n_lines = line_no
-            try:
-                ts, input_length, output_length, hash_ids = _parse_row(line, block_size, previous_ts)
-            except _BadRow as bad:
-                if strict:
-                    raise TraceFormatError(str(path), line_no, bad.field, bad.problem) from None
-                reasons[f"{bad.field}: {bad.reason}"] += 1
-                if sum(reasons.values()) <= _DEBUG_REASONS:
-                    logger.debug("%s:%d: skipped: %s: %s", path, line_no, bad.field, bad.problem)
-                continue
-            previous_ts = ts
-            specs.append(
-                RequestSpec(
-                    request_id=len(specs),
-                    arrival_s=ts / 1000.0,
-                    input_length=input_length,
-                    output_length=output_length,
-                    hash_ids=hash_ids,
-                    block_size=block_size,
+    try:
+        with path.open("r", encoding="utf-8") as fh:
+            for line_no, line in enumerate(fh, start=1):
+                n_lines = line_no
+                try:
+                    ts, input_length, output_length, hash_ids = _parse_row(line, block_size, previous_ts)
+                except _BadRow as bad:
+                    if strict:
+                        raise TraceFormatError(str(path), line_no, bad.field, bad.problem) from None
+                    reasons[f"{bad.field}: {bad.reason}"] += 1
+                    if sum(reasons.values()) <= _DEBUG_REASONS:
+                        logger.debug("%s:%d: skipped: %s: %s", path, line_no, bad.field, bad.problem)
+                    continue
+                previous_ts = ts
+                specs.append(
+                    RequestSpec(
+                        request_id=len(specs),
+                        arrival_s=ts / 1000.0,
+                        input_length=input_length,
+                        output_length=output_length,
+                        hash_ids=hash_ids,
+                        block_size=block_size,
+                    )
                 )
-            )
+    except UnicodeDecodeError:
+        raise not_utf8_error(path) from None
     if n_lines == 0:
         raise TraceFormatError(str(path), 1, "row", "the file is empty, expected one JSON object per line")
     n_skipped = sum(reasons.values())

@@ -162,7 +162,7 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     from systems.kvcache import (
         EvictionPolicy,
-        RoutingPolicy,
+        ReplayRouting,
         flatten_blocks,
         hit_rates,
         replay_global_vs_local,
@@ -247,7 +247,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         f"  {'routing':12s} {'time s':>8s} {'local blk':>10s} {'global blk':>11s} {'local tok':>10s} {'global tok':>11s}"
     )
     tiny_d, tiny_o = flatten_blocks([[0, 1], [0, 2]])
-    for routing in RoutingPolicy:
+    for routing in ReplayRouting:
         replay_global_vs_local(tiny_d, tiny_o, 2, 1, EvictionPolicy.LRU, routing)  # load the kernel
         t0 = time.perf_counter()
         res = replay_global_vs_local(dense, offsets, n_inst, cap_inst, EvictionPolicy.LRU, routing, seed=0)

@@ -32,8 +32,8 @@ from typing import Any, Optional
 import numpy as np
 from omegaconf import OmegaConf
 
-from harness.config import HardwareConfig, ModelConfig
-from systems.sim.hardware_catalog import CONF_DIR, load_hardware
+from systems.config import HardwareConfig, ModelConfig
+from systems.hardware_catalog import CONF_DIR, load_hardware
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.distserve_fit import DistServeFitModel
 from systems.sim.perf.roofline import RooflineModel

@@ -62,9 +62,10 @@ def _replicate(requests: Any, copies: int, compress: bool) -> Any:
 def run_case(overrides: list[str], copies: int, parquet: str | None, compress: bool = True) -> dict[str, Any]:
     """One case in this process: returns timings and peak RSS."""
     from harness.results import RunFolder, records_frame
-    from harness.studies.simulate import SimCluster, load_requests, point_workload
+    from harness.studies.simulate import load_requests, point_workload
     from harness.studies.variants import compose_variant
     from systems.sim.cluster import Cluster
+    from systems.sim.simulation import SimulatedCluster
 
     extra = [f"system.prefill_instances={8 * copies}", f"system.decode_instances={8 * copies}"] \
         if "system=mooncake" in overrides else [f"system.colocated_instances={4 * copies}"]
@@ -74,7 +75,7 @@ def run_case(overrides: list[str], copies: int, parquet: str | None, compress: b
     if copies > 1:
         requests = _replicate(requests, copies, compress)
     t1 = time.perf_counter()
-    cluster = SimCluster(cfg)
+    cluster = SimulatedCluster(cfg)
     run = Cluster(cluster.setup()).run(requests.specs)
     t2 = time.perf_counter()
     records = run.records()

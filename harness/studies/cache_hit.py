@@ -17,12 +17,14 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from harness.config import ConfigError
+from harness.config import Config
+from harness.errors import ConfigError
 from harness.jobs import JobResult
-from harness.results import REQUESTS_FILE, RunFolder
+from harness.result_files import CACHE_HIT_FILE, GLOBAL_LOCAL_FILE, REQUESTS_FILE
+from harness.results import RunFolder
 from systems.kvcache import (
     EvictionPolicy,
-    RoutingPolicy,
+    ReplayRouting,
     flatten_blocks,
     hit_rates,
     replay_global_vs_local,
@@ -33,8 +35,6 @@ from workloads.registry import build_workload
 
 log = logging.getLogger(__name__)
 
-CACHE_HIT_TABLE = "cache_hit.csv"
-GLOBAL_LOCAL_TABLE = "global_local.csv"
 
 
 def capacity_label(capacity: int | None) -> str:
@@ -52,12 +52,12 @@ def _parse_enum(enum_type: type, values: list[str], key: str) -> list[Any]:
     return [enum_type(v) for v in values]
 
 
-def run_cache_study(cfg: Any, folder: RunFolder) -> JobResult:
+def run_cache_study(cfg: Config, folder: RunFolder) -> JobResult:
     study = cfg.cache_study
     if not study.traces:
         raise ConfigError("cache_study.traces: no traces given (label: file under the data directory)")
     policies = _parse_enum(EvictionPolicy, list(study.policies), "cache_study.policies")
-    routings = _parse_enum(RoutingPolicy, list(study.global_local.routings), "cache_study.global_local.routings")
+    routings = _parse_enum(ReplayRouting, list(study.global_local.routings), "cache_study.global_local.routings")
     gl_policy = _parse_enum(EvictionPolicy, [study.global_local.policy], "cache_study.global_local.policy")[0]
 
     curve_rows: list[dict[str, Any]] = []
@@ -121,8 +121,8 @@ def run_cache_study(cfg: Any, folder: RunFolder) -> JobResult:
 
     curve = pd.DataFrame(curve_rows)
     global_local = pd.DataFrame(gl_rows)
-    folder.write_table(CACHE_HIT_TABLE, curve)
-    folder.write_table(GLOBAL_LOCAL_TABLE, global_local)
+    folder.write_table(CACHE_HIT_FILE, curve)
+    folder.write_table(GLOBAL_LOCAL_FILE, global_local)
     request_table = pd.concat(per_request, ignore_index=True)
     folder.write_table(REQUESTS_FILE, request_table)
     log.info("cache study: %d curve points and %d global/local points replayed in %.2f s",
@@ -146,6 +146,6 @@ def run_cache_study(cfg: Any, folder: RunFolder) -> JobResult:
     return JobResult(
         metrics=metrics,
         workload=workload_stats,
-        files={"cache_hit": CACHE_HIT_TABLE, "global_local": GLOBAL_LOCAL_TABLE, "requests": REQUESTS_FILE},
+        files={"cache_hit": CACHE_HIT_FILE, "global_local": GLOBAL_LOCAL_FILE, "requests": REQUESTS_FILE},
         tables={"cache_hit": curve, "global_local": global_local},
     )

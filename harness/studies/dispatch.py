@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from harness.config import Config
 from harness.jobs import JobResult
 from harness.results import RunFolder
 
 
-def run_sim_study(cfg: Any, folder: RunFolder) -> JobResult:
+def run_sim_study(cfg: Config, folder: RunFolder) -> JobResult:
     kind = cfg.study.kind
     if kind == "sim_sweep":
         from harness.studies.sim_sweep import run_sim_sweep

@@ -1,6 +1,6 @@
 """``job=sim_study study.kind=placement_search``: DistServe's placement search (OSDI'24, Algorithm 1, high
 node affinity) for the configured model, hardware, workload and SLO; the algorithm is
-``systems.sim.placement``.
+:mod:`harness.studies.placement_algorithm`.
 
 Each phase is sized on one simulated instance (prefill against ``slo.ttft_ms``, decode against
 ``slo.tpot_ms``, both at ``slo.attainment_target``) on the first ``study.max_requests`` requests of the
@@ -15,7 +15,7 @@ node budget and, by default, the plan's end-to-end max rate is found with full P
 - ``objective`` (``per_gpu``): the P:D plan maximises the rate per GPU (``per_gpu``, DistServe's goodput
   measure) or the rate served within the budget (``rate``);
 - ``growth`` (2.0), ``rel_tol`` (0.01), ``max_bisect_steps`` (8), ``hint_scale`` (0.8), ``max_rate_rps``
-  (1e4): the rate search (``systems.sim.placement.max_rate_bisect``);
+  (1e4): the rate search (:func:`harness.capacity.search_max_rate`, geometric);
 - ``throughput_bound`` (true): cap each phase's rate at its analytic throughput bound
   (``PlacementSimulator.throughput_bound``; a few hundred requests cannot saturate a large decode instance);
 - ``pipeline_parallel`` (false): search ``pp > 1`` too. Off by default because the simulator runs an
@@ -42,14 +42,12 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from harness.config import ConfigError
+from harness.config import Config
+from harness.errors import ConfigError
 from harness.jobs import JobResult
+from harness.result_files import PLACEMENT_FILE, STUDY_FILE
 from harness.results import RunFolder
-from harness.studies.simulate import load_requests, point_workload
-from systems.sim.cluster import ClusterSetup, PoolSetup
-from systems.sim.perf.base import InstanceShape, PerfModel
-from systems.sim.perf.registry import build_perf_model
-from systems.sim.placement import (
+from harness.studies.placement_algorithm import (
     OBJECTIVES,
     Parallelism,
     PhaseResult,
@@ -59,12 +57,15 @@ from systems.sim.placement import (
     SearchSettings,
     search_placement,
 )
-from systems.sim.setup import build_setup
+from harness.studies.simulate import load_requests, point_workload
+from systems.sim.cluster import ClusterSetup, PoolSetup
+from systems.sim.perf.base import InstanceShape, PerfModel
+from systems.sim.perf.registry import build_perf_model
+from systems.sim.simulation import build_setup
+from systems.topology import topology_of
 
 log = logging.getLogger(__name__)
 
-STUDY_FILE = "study.csv"
-PLACEMENT_FILE = "placement.json"
 DEFAULT_REQUESTS = 300
 DEFAULT_PARAMS: dict[str, Any] = {
     "gpus_per_node": 4, "nodes": 1, "target_rate_rps": None, "verify": "bisect", "objective": "per_gpu",
@@ -109,21 +110,22 @@ def placement_params(study: Any) -> dict[str, Any]:
     return params
 
 
-def _check(cfg: Any) -> None:
+def _check(cfg: Config) -> None:
     study = cfg.study
     if cfg.engine.name != "sim":
         raise ConfigError(f"engine: the placement search runs engine=sim, got engine={cfg.engine.name}")
-    if cfg.system.name == "vllm_baseline":
-        raise ConfigError("system: the placement search sizes a disaggregated deployment; use system=distserve")
+    if not topology_of(cfg.system.name).disaggregated:
+        raise ConfigError(f"system={cfg.system.name}: the placement search sizes a disaggregated deployment; "
+                          "use system=distserve")
     if study.variants or study.rates_rps or study.per_gpu_rates or study.speedups:
         raise ConfigError("study: placement_search finds its own rates and takes no variants, rates_rps, "
                           "per_gpu_rates or speedups")
     for key in ("ttft_ms", "tpot_ms"):
-        if getattr(cfg.slo, key) is None:
+        if cfg.slo.bounds.get(key) is None:
             raise ConfigError(f"slo.{key}: the placement search needs a {key[:4].upper()} bound (slo={cfg.slo.name})")
 
 
-def build_simulator(cfg: Any) -> tuple[PlacementSimulator, dict[str, Any]]:
+def build_simulator(cfg: Config) -> tuple[PlacementSimulator, dict[str, Any]]:
     """The search's simulator for ``cfg`` (requests loaded once at 1 req/s, capped to the model's context)
     and the statistics of those requests."""
     n = cfg.study.max_requests or DEFAULT_REQUESTS
@@ -141,7 +143,7 @@ def build_simulator(cfg: Any) -> tuple[PlacementSimulator, dict[str, Any]]:
     inputs = np.array([s.input_length for s in requests.specs])
     outputs = np.array([s.output_length for s in requests.specs])
     workload = {"name": cfg.workload.name, "n_requests": len(requests.specs),
-                "context_cap_tokens": cfg.model.max_model_len if getattr(cfg.engine, "cap_to_context", True) else None,
+                "context_cap_tokens": cfg.model.max_model_len if cfg.engine.cap_to_context else None,
                 "input_len_mean": float(inputs.mean()), "input_len_median": float(np.median(inputs)),
                 "input_len_max": int(inputs.max()), "output_len_mean": float(outputs.mean()),
                 "output_len_median": float(np.median(outputs)), "output_len_max": int(outputs.max()),
@@ -149,7 +151,7 @@ def build_simulator(cfg: Any) -> tuple[PlacementSimulator, dict[str, Any]]:
     return sim, workload
 
 
-def plan_placement(cfg: Any) -> tuple[PlacementResult, dict[str, Any], dict[str, Any]]:
+def plan_placement(cfg: Config) -> tuple[PlacementResult, dict[str, Any], dict[str, Any]]:
     """Run the search for ``cfg``: (result, params, workload statistics)."""
     _check(cfg)
     params = placement_params(cfg.study)
@@ -181,7 +183,7 @@ def candidate_table(result: PlacementResult) -> pd.DataFrame:
     for c in result.candidates:
         rows.append({"phase": c.phase, "tp": c.parallelism.tp, "pp": c.parallelism.pp, "gpus": c.parallelism.n_gpus,
                      "status": "searched" if c.n_sims else "infeasible", "max_rate_rps": c.max_rate_rps,
-                     "per_gpu_rate": c.per_gpu_rate, "attainment": c.search.attainment,
+                     "per_gpu_rate": c.per_gpu_rate, "attainment": c.attainment,
                      "upper_rate_rps": c.search.upper_rps, "bound_rps": c.bound_rps, "sims": c.n_sims,
                      "chosen": (c.phase, c.parallelism) in chosen, "note": c.note})
     for phase, par, reason in result.skipped:
@@ -198,14 +200,14 @@ def _phase(c: Optional[PhaseResult]) -> Optional[dict[str, Any]]:
     if c is None:
         return None
     return {"tp": c.parallelism.tp, "pp": c.parallelism.pp, "gpus": c.parallelism.n_gpus,
-            "max_rate_rps": c.max_rate_rps, "per_gpu_rate": c.per_gpu_rate, "attainment": c.search.attainment}
+            "max_rate_rps": c.max_rate_rps, "per_gpu_rate": c.per_gpu_rate, "attainment": c.attainment}
 
 
 def _plan(plan: Optional[ReplicaPlan]) -> Optional[dict[str, Any]]:
     return plan.describe() if plan is not None else None
 
 
-def placement_report(cfg: Any, result: PlacementResult, params: dict[str, Any], workload: dict[str, Any]) -> dict[str, Any]:
+def placement_report(cfg: Config, result: PlacementResult, params: dict[str, Any], workload: dict[str, Any]) -> dict[str, Any]:
     """What ``placement.json`` holds."""
     verification = None
     v = result.verification
@@ -236,7 +238,7 @@ def placement_report(cfg: Any, result: PlacementResult, params: dict[str, Any], 
     }
 
 
-def summary_metrics(cfg: Any, report: dict[str, Any]) -> dict[str, Any]:
+def summary_metrics(cfg: Config, report: dict[str, Any]) -> dict[str, Any]:
     """The flat metrics the job returns."""
     chosen = report["chosen"] or {}
     ver = report["verification"] or {}
@@ -254,7 +256,7 @@ def summary_metrics(cfg: Any, report: dict[str, Any]) -> dict[str, Any]:
             "total_wall_s": report["total_wall_s"]}
 
 
-def run_placement_search(cfg: Any, folder: RunFolder) -> JobResult:
+def run_placement_search(cfg: Config, folder: RunFolder) -> JobResult:
     """The whole job: search, then ``study.csv`` and ``placement.json`` in ``folder``."""
     start = time.perf_counter()
     result, params, workload = plan_placement(cfg)

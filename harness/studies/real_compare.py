@@ -19,16 +19,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.config import Config
+from harness.errors import ConfigError
 from harness.jobs import JobResult
 from harness.records import RunSummary
-from harness.results import REQUESTS_FILE, RunFolder
+from harness.result_files import REQUESTS_FILE, STUDY_FILE, VARIANTS_DIR
+from harness.results import RunFolder
 from harness.serve_job import run_serve
 from harness.studies.variants import compose_variant, describe_variant, job_overrides
+from systems.topology import topology_of
 
 log = logging.getLogger(__name__)
 
-STUDY_FILE = "study.csv"
-VARIANTS_DIR = "variants"
 _KEPT = ("mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
          "p90_tpot_ms", "p99_tpot_ms", "goodput_rps", "slo_attainment", "request_throughput_rps",
          "output_throughput_tps", "n_issued", "n_ok", "n_failed", "n_rejected", "offered_rate_rps", "valid")
@@ -43,7 +45,7 @@ class CompareFailed(RuntimeError):
     """One or more variants of a comparison failed (their folders hold the reasons)."""
 
 
-def _row(label: str, vcfg: Any, metrics: dict[str, Any], requests: pd.DataFrame) -> dict[str, Any]:
+def _row(label: str, vcfg: Config, metrics: dict[str, Any], requests: pd.DataFrame) -> dict[str, Any]:
     row: dict[str, Any] = {"variant": label, "status": "ok", "reason": "", **describe_variant(vcfg)}
     row.update({k: metrics.get(k) for k in _KEPT})
     row.update({k: metrics.get(f"engine_{k}") for k in _ENGINE_KEPT})
@@ -52,7 +54,8 @@ def _row(label: str, vcfg: Any, metrics: dict[str, Any], requests: pd.DataFrame)
         queries, hits = row["prefix_cache_queries"] or 0.0, row["prefix_cache_hits"] or 0.0
         row["prefill_prompt_tokens"], row["prefill_computed_tokens"] = queries, queries - hits
         row["prefill_compute_saved"] = hits / queries if queries else None
-    if row["deployment_price_per_hour_usd"] is None and vcfg.system.name == "vllm_baseline":  # every instance on the run's hardware
+    colocated = not topology_of(vcfg.system.name).disaggregated
+    if row["deployment_price_per_hour_usd"] is None and colocated:  # every instance on the run's hardware
         hw, n = vcfg.hardware, vcfg.system.n_instances
         row["deployment_price_per_hour_usd"] = hw.price_per_hour_usd * n if hw.price_per_hour_usd else None
         row["deployment_power_w"] = hw.power_w * n if hw.power_w else None
@@ -68,11 +71,11 @@ def _row(label: str, vcfg: Any, metrics: dict[str, Any], requests: pd.DataFrame)
     return row
 
 
-def run_compare(cfg: Any, folder: RunFolder) -> JobResult:
+def run_compare(cfg: Config, folder: RunFolder) -> JobResult:
     """Serve the workload with every variant in turn and tabulate them (see the module docstring)."""
     variants = dict(cfg.study.variants)
     if not variants:
-        raise ValueError("study.variants: job=compare needs at least one variant (label: [overrides])")
+        raise ConfigError("study.variants: job=compare needs at least one variant (label: [overrides])")
     base = [o for o in job_overrides() if not o.startswith("job=")]
     composed = {label: compose_variant([*base, *overrides, "job=serve"]) for label, overrides in variants.items()}
     rows, frames, failed = [], [], []

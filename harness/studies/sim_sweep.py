@@ -5,31 +5,42 @@ every metric of ``harness.metrics.summarize`` and the simulator's counters), ``r
 
 ``study.tbt_thresholds_ms`` adds ``attainment_tbt_<x>ms`` columns: SLO attainment with the TBT bound
 replaced by each threshold (Mooncake judges capacity at 100, 200 and 300 ms).
+
+A sweep over load points (``study.rates_rps``, ``per_gpu_rates`` or ``speedups``) also writes
+``capacity.csv``: for every variant and attainment column, the highest load meeting the SLO's attainment
+target (:func:`harness.capacity.capacity_frame`), over the offered rate and, when the points are per-GPU
+rates, over the per-GPU rate. Figures and the report read it; they never recompute it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from typing import Any, Optional
 
 import pandas as pd
 from tqdm.auto import tqdm
 
-from harness.config import ConfigError
+from harness.capacity import capacity_at
+from harness.config import Config, StudyConfig
+from harness.errors import ConfigError
 from harness.jobs import JobResult
 from harness.metrics import summarize
-from harness.results import REQUESTS_FILE, RunFolder, records_frame
-from harness.studies.simulate import SimCluster, load_requests, point_workload, simulate
+from harness.result_files import CAPACITY_FILE, LOAD_FILE, REQUESTS_FILE, STUDY_FILE
+from harness.results import RunFolder, records_frame
+from harness.studies.simulate import load_requests, point_workload, simulate
 from harness.studies.variants import compose_variant, describe_variant, job_overrides
+from systems.engine_config import SimEngineConfig
+from systems.sim.simulation import SimulatedCluster
 
 log = logging.getLogger(__name__)
 
-STUDY_FILE = "study.csv"
-LOAD_FILE = "load.csv"
+THRESHOLD_PREFIX = "attainment_tbt_"
+CAPACITY_LOADS = ("offered_rate_rps", "per_gpu_rate")  # load columns capacity is read over
 
 
-def load_points(study: Any, n_gpus: int) -> list[dict[str, Optional[float]]]:
+def load_points(study: StudyConfig, n_gpus: int) -> list[dict[str, Optional[float]]]:
     """The load points of one variant: rate, per-GPU rate or speedup (one point at the workload's own
     arrivals when none is given)."""
     if study.per_gpu_rates:
@@ -46,20 +57,40 @@ def threshold_columns(records: Any, slo: Any, thresholds: list[float]) -> dict[s
     out = {}
     for x in thresholds:
         metrics = summarize(records, dataclasses.replace(slo, tbt_ms=float(x)))
-        out[f"attainment_tbt_{x:g}ms"] = metrics["slo_attainment"]
+        out[f"{THRESHOLD_PREFIX}{x:g}ms"] = metrics["slo_attainment"]
     return out
 
 
-def run_sim_sweep(cfg: Any, folder: RunFolder) -> JobResult:
+def capacity_table(table: pd.DataFrame, thresholds: list[float]) -> pd.DataFrame:
+    """``capacity.csv``: per attainment column (``slo_attainment``, then one per TBT threshold), load
+    column and variant, the highest load whose attainment reaches the variant's target."""
+    columns = [("slo_attainment", math.nan)] + [(f"{THRESHOLD_PREFIX}{x:g}ms", float(x)) for x in thresholds]
+    rows = []
+    for column, threshold in columns:
+        for load in CAPACITY_LOADS:
+            if load not in table or table[load].isna().all():
+                continue
+            for variant, part in table.groupby("variant", sort=False):
+                if part[[load, column]].dropna().empty:
+                    continue
+                target = float(part["slo_attainment_target"].iloc[0])
+                cap = capacity_at(part[load], part[column], target)
+                rows.append({"variant": variant, "attainment": column, "tbt_threshold_ms": threshold, "load": load,
+                             "capacity": cap.value, "bound": cap.bound, "lowest_measured": cap.lowest,
+                             "highest_measured": cap.highest, "target": target, "label": str(cap)})
+    return pd.DataFrame(rows)
+
+
+def run_sim_sweep(cfg: Config, folder: RunFolder) -> JobResult:
     study = cfg.study
     variants = dict(study.variants) or {"default": []}
     base = job_overrides()
     clusters = {}
     for label, overrides in variants.items():  # compose and check every variant before simulating any
         vcfg = compose_variant([*base, *overrides])
-        if vcfg.engine.name != "sim":
+        if not isinstance(vcfg.engine, SimEngineConfig):
             raise ConfigError(f"study.variants.{label}: job=sim_study runs engine=sim, got engine={vcfg.engine.name}")
-        clusters[label] = SimCluster(vcfg)
+        clusters[label] = SimulatedCluster(vcfg)
     jobs = [(label, i, p) for label, c in clusters.items() for i, p in enumerate(load_points(study, c.n_gpus))]
     rows: list[dict[str, Any]] = []
     frames: list[pd.DataFrame] = []
@@ -95,6 +126,9 @@ def run_sim_sweep(cfg: Any, folder: RunFolder) -> JobResult:
     if loads:
         folder.write_table(LOAD_FILE, pd.concat(loads, ignore_index=True))
         files["load"] = LOAD_FILE
+    if study.rates_rps or study.per_gpu_rates or study.speedups:
+        folder.write_table(CAPACITY_FILE, capacity_table(table, list(study.tbt_thresholds_ms)))
+        files["capacity"] = CAPACITY_FILE
     metrics = {"study": study.kind, "figure": study.figure, "n_simulations": len(rows),
                "simulated_requests": int(table["n_issued"].sum()) if "n_issued" in table else 0,
                "simulation_wall_s": float(table["sim_wall_s"].sum())}

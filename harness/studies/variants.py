@@ -6,12 +6,11 @@ any variant can be rerun on its own as a serving job.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from harness.config import Config, ConfigError, register_configs, validate
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from harness.config import Config, compose_config, validate
+from harness.errors import ConfigError
+from systems.engine_config import SimEngineConfig, VllmEngineConfig
 
 
 def job_overrides() -> list[str]:
@@ -26,27 +25,21 @@ def job_overrides() -> list[str]:
 
 def compose_variant(overrides: Sequence[str]) -> Config:
     """The validated config of ``conf/config.yaml`` with ``overrides`` (``ConfigError`` naming the bad one)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-
-    register_configs()
     try:
-        if GlobalHydra.instance().is_initialized():
-            cfg = compose(config_name="config", overrides=list(overrides))
-        else:
-            with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-                cfg = compose(config_name="config", overrides=list(overrides))
-    except HydraException as exc:
-        raise ConfigError(f"study variant {list(overrides)}: {exc}") from exc
-    return validate(cfg)
+        raw = compose_config(overrides)
+    except ConfigError as exc:
+        raise ConfigError(f"study variant {exc}") from exc
+    return validate(raw)
 
 
-def describe_variant(cfg: Any) -> dict[str, Any]:
+def describe_variant(cfg: Config) -> dict[str, Any]:
     """Columns that identify a composed deployment in a study table."""
-    system = cfg.system
+    system, engine = cfg.system, cfg.engine
+    sim = engine if isinstance(engine, SimEngineConfig) else None
+    scheduling = engine if isinstance(engine, SimEngineConfig | VllmEngineConfig) else None  # rejection, batch limit
     return {"system": system.name, "router": system.router, "colocated": system.colocated_instances,
             "prefill": system.prefill_instances, "decode": system.decode_instances, "mixed": system.mixed_instances,
-            "model": cfg.model.name, "hardware": cfg.hardware.name, "engine": cfg.engine.name,
-            "perf_model": getattr(cfg.engine, "perf_model", None),
-            "rejection": getattr(cfg.engine, "rejection", None), "max_num_seqs": getattr(cfg.engine, "max_num_seqs", None)}
+            "model": cfg.model.name, "hardware": cfg.hardware.name, "engine": engine.name,
+            "perf_model": sim.perf_model if sim else None,
+            "rejection": scheduling.rejection if scheduling else None,
+            "max_num_seqs": scheduling.max_num_seqs if scheduling else None}

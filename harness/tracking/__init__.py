@@ -9,11 +9,12 @@ from typing import Any
 
 import pandas as pd
 
+from harness.config import LoggerConfig
 from harness.records import RunSummary
 from harness.results import RunFolder
 
 
-def publish(logger_cfg: Any, summary: RunSummary, config: Mapping[str, Any], folder: RunFolder,
+def publish(logger_cfg: LoggerConfig, summary: RunSummary, config: Mapping[str, Any], folder: RunFolder,
             tables: Mapping[str, pd.DataFrame], figures: Sequence[Path]) -> None:
     """Send a finished job to the tracker named by ``logger_cfg.name``."""
     if logger_cfg.name == "none":

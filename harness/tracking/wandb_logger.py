@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.config import LoggerConfig
 from harness.records import RunSummary
 from harness.results import RunFolder
 
@@ -49,7 +50,7 @@ def resolve_mode(requested: str | None) -> str:
     return "online" if has_api_key() else "offline"
 
 
-def publish_to_wandb(logger_cfg: Any, summary: RunSummary, config: Mapping[str, Any], folder: RunFolder,
+def publish_to_wandb(logger_cfg: LoggerConfig, summary: RunSummary, config: Mapping[str, Any], folder: RunFolder,
                      tables: Mapping[str, pd.DataFrame], figures: Sequence[Path]) -> None:
     """Log one finished job as one W&B run."""
     try:

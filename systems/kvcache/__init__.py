@@ -3,7 +3,7 @@
 from systems.kvcache.prefix_cache_replay import (
     EvictionPolicy,
     GlobalLocalResult,
-    RoutingPolicy,
+    ReplayRouting,
     flatten_blocks,
     hit_rates,
     precompile,
@@ -15,7 +15,7 @@ from systems.kvcache.prefix_cache_replay import (
 __all__ = [
     "EvictionPolicy",
     "GlobalLocalResult",
-    "RoutingPolicy",
+    "ReplayRouting",
     "flatten_blocks",
     "hit_rates",
     "precompile",

@@ -26,7 +26,7 @@ Semantics (exact):
 * Global vs local (:func:`replay_global_vs_local`): *local* is N private caches of
   ``capacity_per_instance`` blocks each, every request looked up and accessed only in the cache of the
   instance it is routed to; *global* is one cache of ``N * capacity_per_instance`` blocks that every
-  instance reads, so routing does not change its hits. Routing (:class:`RoutingPolicy`): ``random``
+  instance reads, so routing does not change its hits. Routing (:class:`ReplayRouting`): ``random``
   (uniform, from ``np.random.default_rng(seed)``), ``round_robin`` (request ``r`` -> ``r mod N``) or
   ``cache_aware`` (the instance whose private cache holds the longest prefix of the request; ties -> the
   instance with the fewest requests routed so far, then the lowest index).
@@ -53,7 +53,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "EvictionPolicy",
     "GlobalLocalResult",
-    "RoutingPolicy",
+    "ReplayRouting",
     "flatten_blocks",
     "hit_rates",
     "precompile",
@@ -71,7 +71,7 @@ class EvictionPolicy(StrEnum):
     LENGTH_AWARE = "length_aware"
 
 
-class RoutingPolicy(StrEnum):
+class ReplayRouting(StrEnum):
     """How requests are spread over prefill instances in the local (private caches) setting."""
 
     RANDOM = "random"
@@ -101,7 +101,7 @@ class GlobalLocalResult:
     instance: np.ndarray
     n_instances: int
     capacity_per_instance: Optional[int]
-    routing: RoutingPolicy
+    routing: ReplayRouting
 
 
 def flatten_blocks(hash_id_lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -198,19 +198,19 @@ def replay_global_vs_local(
     n_instances: int,
     capacity_per_instance: Optional[int],
     policy: EvictionPolicy | str = EvictionPolicy.LRU,
-    routing: RoutingPolicy | str = RoutingPolicy.ROUND_ROBIN,
+    routing: ReplayRouting | str = ReplayRouting.ROUND_ROBIN,
     seed: int = 0,
 ) -> GlobalLocalResult:
     """Compare N private caches (local, requests routed by ``routing``) with one shared pool (global)."""
     pol = EvictionPolicy(policy)
-    route = RoutingPolicy(routing)
+    route = ReplayRouting(routing)
     if int(n_instances) < 1:
         raise ValueError(f"n_instances must be >= 1, got {n_instances}")
     n_inst = int(n_instances)
     dense, offs, n_unique, max_len = _validate(dense_ids, offsets)
     cap = _capacity(capacity_per_instance)
     n_req = offs.shape[0] - 1
-    if route is RoutingPolicy.RANDOM:
+    if route is ReplayRouting.RANDOM:
         preassigned = np.random.default_rng(seed).integers(0, n_inst, size=n_req, dtype=np.int64)
     else:
         preassigned = np.arange(n_req, dtype=np.int64) % n_inst
@@ -225,7 +225,7 @@ def replay_global_vs_local(
         _POLICY_CODE[pol],
         max(max_len, 1),
         _n_buckets(pol, dense, max_len),
-        route is RoutingPolicy.CACHE_AWARE,
+        route is ReplayRouting.CACHE_AWARE,
         preassigned,
     )
     global_hits = replay_prefix_hits(dense, offs, cap * n_inst, pol)
@@ -281,5 +281,5 @@ def precompile() -> None:
     for policy in EvictionPolicy:
         replay_prefix_hits(dense, offsets, 2, policy)
         replay_prefix_hits(dense, offsets, None, policy)
-        for routing in RoutingPolicy:
+        for routing in ReplayRouting:
             replay_global_vs_local(dense, offsets, 2, 1, policy, routing, seed=0)

@@ -5,14 +5,14 @@
   ``MooncakeConnector`` over RDMA or ``NixlConnector``. Prefill instances register with an external
   bootstrap registry (``bootstrap_server_address``, see :mod:`systems.launch.kv_bootstrap`).
 * The cluster pool: vLLM's ``MooncakeStoreConnector`` configured by a JSON file named in
-  ``MOONCAKE_CONFIG_PATH`` (:func:`mooncake_store_json`), with ``lookup_async`` and a load-failure policy.
+  ``MOONCAKE_CONFIG_PATH`` (:func:`systems.launch.mooncake_store.mooncake_store_json`), with ``lookup_async``
+  and a load-failure policy.
 * Both on one prefill instance: ``SuiteMultiConnector`` (vLLM's ``MultiConnector``) with the pool first,
   so a prefix found in the pool is loaded by the store connector and the rest computed.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal, Optional
 
 SUITE_CONNECTORS = "systems.launch.kv_connectors"
@@ -54,19 +54,3 @@ def multi_connector(children: list[dict[str, Any]], role: Role, load_failure_pol
     if device == "cpu" or any(c.get("kv_connector_module_path") == SUITE_CONNECTORS for c in children):
         cfg.update(kv_connector="SuiteMultiConnector", kv_connector_module_path=SUITE_CONNECTORS)
     return cfg
-
-
-def mooncake_store_json(master: str, segment_size: str, local_buffer_size: str, protocol: str = "tcp") -> dict[str, Any]:
-    """The ``MOONCAKE_CONFIG_PATH`` file of an instance: ``segment_size`` "0" makes it a pure client
-    (``standalone-store`` mode: pool nodes hold the data), anything else contributes that much (embedded)."""
-    standalone = re.fullmatch(r"\s*0+\s*[a-zA-Z]*\s*", str(segment_size)) is not None
-    return {"mode": "standalone-store" if standalone else "embedded", "metadata_server": "P2PHANDSHAKE",
-            "master_server_address": master, "global_segment_size": 0 if standalone else segment_size,
-            "local_buffer_size": local_buffer_size, "protocol": protocol, "device_name": ""}
-
-
-def mooncake_master_command(binary: str, rpc_port: int, metrics_port: int, eviction_high_watermark: float = 0.9) -> list[str]:
-    """``mooncake_master`` with its RPC and metrics servers on 127.0.0.1 and the HTTP metadata server off."""
-    return [binary, "--rpc_address=127.0.0.1", f"--rpc_port={rpc_port}", "--metrics_host=127.0.0.1",
-            f"--metrics_port={metrics_port}", "--enable_http_metadata_server=false",
-            f"--eviction_high_watermark_ratio={eviction_high_watermark}"]

@@ -1,8 +1,10 @@
-"""The context-manager life cycle every real-process deployment shares.
+"""The context-manager life cycle every real-process deployment shares, and its health check.
 
-A deployment registers what it starts on ``self._stack`` (an ``ExitStack``) inside ``_bring_up``. Entering
-runs ``_bring_up`` with SIGTERM turned into an exception; if anything fails there, everything already
-started is stopped before the error propagates. Leaving stops everything, in reverse order.
+A deployment registers what it starts on ``self._stack`` (an ``ExitStack``) inside ``_bring_up`` and
+names each process it depends on with :meth:`ProcessDeployment.watch`. Entering runs ``_bring_up`` with
+SIGTERM turned into an exception; if anything fails there, everything already started is stopped before
+the error propagates. Leaving stops everything, in reverse order. :meth:`check_health` raises
+``DeploymentError`` with the exit code and the last log lines of the first watched process that died.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import sys
 from contextlib import ExitStack
 from typing import TypeVar
 
-from systems.launch.processes import sigterm_as_exception
+from systems.contract import DeploymentError
+from systems.launch.processes import ManagedProcess, sigterm_as_exception
 
 Self = TypeVar("Self", bound="ProcessDeployment")
 
@@ -23,6 +26,23 @@ class ProcessDeployment:
 
     def _bring_up(self) -> None:
         raise NotImplementedError
+
+    def watch(self, name: str, process: ManagedProcess) -> ManagedProcess:
+        """Count ``process`` (shown as ``name``) among those :meth:`check_health` watches."""
+        self._watched().append((name, process))
+        return process
+
+    def _watched(self) -> list[tuple[str, ManagedProcess]]:
+        if not hasattr(self, "_watched_processes"):
+            self._watched_processes: list[tuple[str, ManagedProcess]] = []
+        return self._watched_processes
+
+    def check_health(self) -> None:
+        """``DeploymentError`` naming the first watched process that is no longer running."""
+        for name, process in self._watched():
+            if not process.alive():
+                raise DeploymentError(f"{name} died (exit code {process.returncode}); last log lines:\n"
+                                      f"{process.tail_log()}")
 
     def __enter__(self: Self) -> Self:
         self._stack = getattr(self, "_stack", None) or ExitStack()

@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -23,20 +22,11 @@ from typing import Any, Optional
 
 from aiohttp import web
 
+from systems.launch.mooncake_store import MIN_SEGMENT_BYTES, P2P_HANDSHAKE, parse_size
+
 logger = logging.getLogger("systems.launch.pool_node")
 
 HOST = "127.0.0.1"
-MIN_SEGMENT_BYTES = 16 << 20  # Mooncake refuses smaller segments ("Total size must be at least 16777216")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int:
-    """``"256MB"`` / ``"1GiB"`` / ``"4096"`` -> bytes (binary multiples, as Mooncake reads them)."""
-    match = _SIZE.match(str(text))
-    if not match:
-        raise ValueError(f"size must look like 256MB, 1GB or a number of bytes, got {text!r}")
-    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[match.group(2).upper()]
-    return int(float(match.group(1)) * scale)
 
 
 def mount_segment(master: str, segment_bytes: int, protocol: str = "tcp", local_buffer_bytes: int = 16 << 20) -> Any:
@@ -44,7 +34,7 @@ def mount_segment(master: str, segment_bytes: int, protocol: str = "tcp", local_
     from mooncake.store import MooncakeDistributedStore
 
     store = MooncakeDistributedStore()
-    rc = store.setup(HOST, "P2PHANDSHAKE", segment_bytes, local_buffer_bytes, protocol, "", master)
+    rc = store.setup(HOST, P2P_HANDSHAKE, segment_bytes, local_buffer_bytes, protocol, "", master)
     if rc != 0:
         raise RuntimeError(f"could not join mooncake_master at {master} (setup returned {rc})")
     return store

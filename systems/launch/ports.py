@@ -8,12 +8,14 @@ import os
 import socket
 from pathlib import Path
 
+from harness.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 
 
-class PortInUseError(RuntimeError):
+class PortInUseError(UserError, RuntimeError):
     """A port the suite wants to listen on is already taken."""
 
     def __init__(self, port: int, holder: str = "") -> None:

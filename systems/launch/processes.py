@@ -22,6 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Optional
 
+from harness.errors import UserError
 from systems.launch import shm
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ logger = logging.getLogger(__name__)
 LOG_TAIL_LINES = 50
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(UserError, RuntimeError):
     """A server exited before it was ready, or did not become ready in time."""
 
 

@@ -15,8 +15,8 @@ What is built (flag names checked against SGLang's sources and docs, see "Source
 - ``router_command(...)``: ``python -m sglang_router.launch_router --pd-disaggregation --prefill URL
   BOOTSTRAP_PORT ... --decode URL ... --policy P --host 127.0.0.1 --port P`` (or ``--worker-urls`` for
   colocated servers).
-- ``mooncake_master_command(spec)``: ``mooncake_master --rpc_address=127.0.0.1 --rpc_port=P
-  --metrics_port=M`` (gflags syntax).
+- the Mooncake Store master it needs is started with :func:`systems.launch.mooncake_store.mooncake_master_command`
+  (shared with ``engine=vllm``).
 - ``mooncake_store_env(...)``: the variables SGLang's Mooncake store backend reads
   (``MOONCAKE_MASTER``, ``MOONCAKE_TE_META_DATA_SERVER``, ``MOONCAKE_GLOBAL_SEGMENT_SIZE``,
   ``MOONCAKE_PROTOCOL``, ``MOONCAKE_DEVICE``, ``MOONCAKE_LOCAL_HOSTNAME``).
@@ -34,8 +34,8 @@ loopback from the outside:
 - the Mooncake transfer engine's own listeners (its P2P-handshake RPC port and, with
   ``protocol=tcp``, the TCP transport's data port) are opened by the C++ engine on all interfaces;
   with ``protocol=rdma`` the KV bytes move over the RDMA NIC, not a socket at all;
-- ``mooncake_master``'s metrics/admin HTTP server (``--metrics_port``) binds all interfaces (only the
-  port can be chosen);
+- nothing of ``mooncake_master``: its RPC server and its metrics server are given 127.0.0.1
+  (``--rpc_address``, ``--metrics_host``) and its HTTP metadata server is off;
 - ``torch.distributed``'s TCP store and NCCL's bootstrap sockets of a ``tp > 1`` server
   (``--nccl-port``) bind all interfaces, as in every multi-GPU PyTorch job.
 
@@ -57,7 +57,8 @@ Sources (SGLang ``sgl-project/sglang`` main as of 0.5.x; router ``sgl-router`` 0
   ``MC_FORCE_TCP``)
 - router flags: ``sgl-router/py_src/sglang_router/router_args.py`` and ``docs/advanced_features/router.md``
 - ``mooncake_master`` flags: ``mooncake-store/src/master.cpp`` (``rpc_address``, ``rpc_port``,
-  ``metrics_port``); its ``/metrics`` page: ``mooncake-store/src/rpc_service.cpp``
+  ``metrics_host``, ``metrics_port``, ``enable_http_metadata_server``); its ``/metrics`` page:
+  ``mooncake-store/src/rpc_service.cpp``
 """
 
 from __future__ import annotations
@@ -73,14 +74,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from systems.launch.mooncake_store import P2P_HANDSHAKE
 from systems.launch.ports import LOOPBACK
 
 logger = logging.getLogger(__name__)
 
 SERVER_MODULE = "sglang.launch_server"
 ROUTER_MODULE = "sglang_router.launch_router"
-MOONCAKE_MASTER_BINARY = "mooncake_master"
-
 ROLES = ("prefill", "decode", "colocated")
 TRANSFER_BACKENDS = ("mooncake", "nixl")
 TRANSFER_PROTOCOLS = ("rdma", "tcp")
@@ -90,7 +90,6 @@ HICACHE_WRITE_POLICIES = ("write_through", "write_back", "write_through_selectiv
 HICACHE_MEM_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
 HICACHE_IO_BACKENDS = ("kernel", "direct")
 HICACHE_PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
-P2P_HANDSHAKE = "P2PHANDSHAKE"  # Mooncake metadata mode without a metadata server (SGLang's default)
 DEFAULT_GLOBAL_SEGMENT_BYTES = 4 << 30  # SGLang's MOONCAKE_GLOBAL_SEGMENT_SIZE default ("4gb")
 
 # ZMQ ipc:// paths SGLang creates with tempfile are limited to 107 bytes; keep TMPDIR short.
@@ -139,15 +138,15 @@ class MooncakeStoreSpec:
     def __post_init__(self) -> None:
         host, sep, port = self.master_addr.rpartition(":")
         if not sep or not host or not port.isdigit():
-            raise ValueError(f"mooncake: master_addr must be host:port, got {self.master_addr!r}")
+            raise ValueError(f"mooncake_store: master_addr must be host:port, got {self.master_addr!r}")
         _check_port("mooncake", "master_addr port", int(port))
         if self.protocol not in TRANSFER_PROTOCOLS:
-            raise ValueError(f"mooncake: protocol must be one of {', '.join(TRANSFER_PROTOCOLS)}, "
+            raise ValueError(f"mooncake_store: protocol must be one of {', '.join(TRANSFER_PROTOCOLS)}, "
                              f"got {self.protocol!r}")
         if not isinstance(self.global_segment_size, int) or self.global_segment_size <= 0:
-            raise ValueError(f"mooncake: global_segment_size must be > 0 bytes, got {self.global_segment_size!r}")
+            raise ValueError(f"mooncake_store: global_segment_size must be > 0 bytes, got {self.global_segment_size!r}")
         if not self.metadata_server:
-            raise ValueError("mooncake: metadata_server must be P2PHANDSHAKE or a metadata URL, got ''")
+            raise ValueError("mooncake_store: metadata_server must be P2PHANDSHAKE or a metadata URL, got ''")
         if self.master_metrics_port is not None:
             _check_port("mooncake", "master_metrics_port", self.master_metrics_port)
 
@@ -181,40 +180,6 @@ def _mooncake_store_env(spec: MooncakeStoreSpec) -> dict[str, str]:
     return env
 
 
-@dataclass(frozen=True)
-class MooncakeMasterSpec:
-    """The Mooncake Store master: object metadata and segment allocation for the whole KV pool."""
-
-    rpc_port: int
-    metrics_port: Optional[int] = None  # its HTTP /metrics page (Mooncake's default 9003 when None)
-    binary: str = MOONCAKE_MASTER_BINARY
-    extra_args: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        _check_port("mooncake_master", "rpc_port", self.rpc_port)
-        if self.metrics_port is not None:
-            _check_port("mooncake_master", "metrics_port", self.metrics_port)
-            if self.metrics_port == self.rpc_port:
-                raise ValueError(f"mooncake_master: metrics_port and rpc_port must differ, both {self.rpc_port}")
-
-    @property
-    def addr(self) -> str:
-        """What ``MOONCAKE_MASTER`` should hold."""
-        return f"{LOOPBACK}:{self.rpc_port}"
-
-    @property
-    def metrics_url(self) -> Optional[str]:
-        return None if self.metrics_port is None else f"http://{LOOPBACK}:{self.metrics_port}/metrics"
-
-
-def mooncake_master_command(spec: MooncakeMasterSpec) -> list[str]:
-    """argv of ``mooncake_master`` with its RPC server on 127.0.0.1 (gflags ``--name=value`` syntax)."""
-    cmd = [spec.binary, f"--rpc_address={LOOPBACK}", f"--rpc_port={spec.rpc_port}"]
-    if spec.metrics_port is not None:
-        cmd.append(f"--metrics_port={spec.metrics_port}")
-    return cmd + list(spec.extra_args)
-
-
 # ----------------------------------------------------------------------------- HiCache
 
 
@@ -228,7 +193,7 @@ class HiCacheSpec:
     mem_layout: str = "page_first"  # the layout SGLang's Mooncake backend is documented with
     io_backend: str = "kernel"
     prefetch_policy: str = "best_effort"
-    mooncake: Optional[MooncakeStoreSpec] = None  # required when storage_backend == "mooncake"
+    mooncake_store: Optional[MooncakeStoreSpec] = None  # required when storage_backend == "mooncake"
 
     def __post_init__(self) -> None:
         if not self.ratio > 1:
@@ -243,9 +208,9 @@ class HiCacheSpec:
                 continue
             if value not in allowed:
                 raise ValueError(f"hicache: {key} must be one of {', '.join(allowed)}, got {value!r}")
-        if self.storage_backend == "mooncake" and self.mooncake is None:
-            raise ValueError("hicache: storage_backend='mooncake' needs a MooncakeStoreSpec (hicache.mooncake)")
-        if self.storage_backend != "mooncake" and self.mooncake is not None:
+        if self.storage_backend == "mooncake" and self.mooncake_store is None:
+            raise ValueError("hicache: storage_backend='mooncake' needs a MooncakeStoreSpec (hicache.mooncake_store)")
+        if self.storage_backend != "mooncake" and self.mooncake_store is not None:
             raise ValueError(f"hicache: a MooncakeStoreSpec was given but storage_backend is {self.storage_backend!r}")
         if self.storage_backend == "mooncake" and self.mem_layout == "layer_first":
             logger.warning("hicache: SGLang documents its Mooncake backend with mem_layout page_first; "
@@ -371,10 +336,10 @@ class SglangServerSpec:
             if self.role == "decode" and self.hicache.storage_backend is None:
                 raise ValueError(f"{who}: hicache on a decode server is async KV offload to an L3 store "
                                  "(--disaggregation-decode-enable-offload-kvcache); it needs hicache.storage_backend")
-            store = self.hicache.mooncake
+            store = self.hicache.mooncake_store
             if (store is not None and self.disaggregated and self.transfer_backend == "mooncake"
                     and store.protocol != self.transfer_protocol):
-                raise ValueError(f"{who}: hicache.mooncake.protocol={store.protocol!r} differs from "
+                raise ValueError(f"{who}: hicache.mooncake_store.protocol={store.protocol!r} differs from "
                                  f"transfer_protocol={self.transfer_protocol!r}; SGLang reads one MOONCAKE_PROTOCOL "
                                  "for the KV transfer engine and the store")
 
@@ -477,8 +442,8 @@ def server_env(spec: SglangServerSpec, run_dir: Path, base_env: Optional[Mapping
         else:
             env.pop("MC_FORCE_TCP", None)
     if spec.hicache is not None:
-        if spec.hicache.mooncake is not None:
-            env.update(_mooncake_store_env(spec.hicache.mooncake))
+        if spec.hicache.mooncake_store is not None:
+            env.update(_mooncake_store_env(spec.hicache.mooncake_store))
         if spec.hicache.storage_backend == "file":
             env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = str(hicache_file_dir(run_dir))
     env.update(spec.extra_env)
@@ -575,7 +540,7 @@ def router_command(port: int, prefill: Sequence[tuple[str, Optional[int]]], deco
 
 
 __all__ = [
-    "HiCacheSpec", "MooncakeMasterSpec", "MooncakeStoreSpec", "SglangRouterSpec", "SglangServerSpec",
-    "hicache_args", "hicache_file_dir", "mooncake_master_command", "mooncake_store_env", "parse_size_bytes",
+    "HiCacheSpec", "MooncakeStoreSpec", "SglangRouterSpec", "SglangServerSpec",
+    "hicache_args", "hicache_file_dir", "mooncake_store_env", "parse_size_bytes",
     "router_command", "router_spec_command", "server_command", "server_dir", "server_env", "server_tmp_dir",
 ]

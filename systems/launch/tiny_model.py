@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from harness.config import ModelConfig
+from systems.config import ModelConfig
 
 logger = logging.getLogger(__name__)
 

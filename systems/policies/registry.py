@@ -1,4 +1,5 @@
-"""Build a routing policy from its name (the names configs and the router's ``--policy`` use)."""
+"""Build a colocated routing policy from its canonical name (the router's ``--policy``). Which names a
+system accepts, and the aliases configs may use, are :mod:`systems.topology`'s."""
 
 from __future__ import annotations
 
@@ -9,20 +10,18 @@ from systems.policies.base import RoutingPolicy
 from systems.policies.cache_aware import CacheAwarePolicy
 from systems.policies.simple import LeastOutstandingPolicy, RandomPolicy, RoundRobinPolicy
 
-__all__ = ["POLICY_ALIASES", "POLICY_NAMES", "build_policy", "policy_class", "policy_parameters"]
+__all__ = ["POLICY_NAMES", "build_policy", "policy_class", "policy_parameters"]
 
 _POLICIES: dict[str, type[RoutingPolicy]] = {
     cls.name: cls for cls in (RandomPolicy, RoundRobinPolicy, LeastOutstandingPolicy, CacheAwarePolicy)
 }
-POLICY_ALIASES: dict[str, str] = {"least_loaded": "least_outstanding"}
-POLICY_NAMES: tuple[str, ...] = tuple(sorted([*_POLICIES, *POLICY_ALIASES]))
+POLICY_NAMES: tuple[str, ...] = tuple(sorted(_POLICIES))
 
 
 def policy_class(name: str) -> type[RoutingPolicy]:
-    """The policy class registered under ``name`` (or an alias); ``ValueError`` listing the names otherwise."""
-    key = POLICY_ALIASES.get(name, name)
+    """The policy class registered under ``name``; ``ValueError`` listing the names otherwise."""
     try:
-        return _POLICIES[key]
+        return _POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown routing policy {name!r}; known: {', '.join(POLICY_NAMES)}") from None
 

@@ -1,4 +1,4 @@
-"""Command line of the router: ``python -m systems.router --port P --backend NAME=URL ... --policy NAME``.
+"""Command line of the colocated router: ``python -m systems.router colocated --port P --backend NAME=URL ... --policy NAME``.
 
 Listens on 127.0.0.1 only, logs to stderr, and exits with status 0 on SIGTERM or SIGINT after closing
 its listener and backend connections. Uses uvloop when it is installed.
@@ -26,7 +26,7 @@ logger = logging.getLogger("systems.router")
 
 def build_parser() -> argparse.ArgumentParser:
     """The router's argument parser."""
-    p = argparse.ArgumentParser(prog="python -m systems.router", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m systems.router colocated", description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, required=True, help="port on 127.0.0.1 (0: any free port)")
     p.add_argument(
         "--backend", action="append", required=True, metavar="NAME=URL", help="a backend; repeat for each"

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from harness.config import HardwareConfig
 from harness.records import RequestRecord, RequestSpec, RequestStatus
+from systems.config import HardwareConfig
 from systems.policies.base import InstanceLoad, RouteRequest, RoutingPolicy
 from systems.policies.cache_aware import BlockLRU
 from systems.policies.pd import DecodeView, PDScheduler, PrefillView, PrefixSource, decode_overloaded
@@ -39,10 +39,10 @@ from systems.sim.keys import request_keys
 from systems.sim.links import FifoLink, LinkSpec
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.request import SimRequest
+from systems.topology import ROLES
 
 log = logging.getLogger(__name__)
 
-ROLES = ("colocated", "prefill", "decode", "mixed")
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class KVPoolSetup:
 
 @dataclass(frozen=True)
 class ClusterSetup:
-    """Everything the simulator needs to run one deployment (built from a config by ``systems.sim.setup``)."""
+    """Everything the simulator needs to run one deployment (built from a config by ``systems.sim.simulation``)."""
 
     system: str
     pools: tuple[PoolSetup, ...]

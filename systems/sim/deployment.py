@@ -1,6 +1,7 @@
 """``engine=sim``: the simulator behind the same ``Deployment`` interface as the real engines.
 
-Opening the deployment checks the configuration and builds the performance models, so an impossible
+Opening the deployment checks the configuration and builds the performance models
+(:class:`~systems.sim.simulation.SimulatedCluster`, the path every simulation takes), so an impossible
 deployment fails before any point runs. Each point is one simulation with fresh policies; its
 ``RequestRecord``s go through the same metrics as a real run. Per-instance load samples go to
 ``load.csv`` (one row per instance and sampling time, with the point index).
@@ -14,29 +15,25 @@ from typing import Any
 
 import pandas as pd
 
-from harness.engines import EngineResult
-from harness.results import RunFolder
-from systems.sim.cluster import Cluster, ClusterSetup
-from systems.sim.setup import build_perf_models, build_setup, plan_pools
+from harness.result_files import LOAD_FILE
+from systems.contract import DeploymentConfig, EngineResult, JobFolder
+from systems.sim.simulation import SimulatedCluster
 from workloads.base import WorkloadRequests
 
 log = logging.getLogger(__name__)
-
-LOAD_FILE = "load.csv"
 
 
 class SimDeployment:
     """A simulated cluster; every ``run_point`` simulates one workload from an empty cluster."""
 
-    def __init__(self, cfg: Any, folder: RunFolder) -> None:
+    def __init__(self, cfg: DeploymentConfig, folder: JobFolder) -> None:
         self.cfg = cfg
         # like a real engine, prompts are capped to the context (engine.cap_to_context); otherwise the
         # simulator fails requests longer than model.max_model_len
         self.context_limit = cfg.model.max_model_len if cfg.engine.cap_to_context else None
         self.folder = folder
-        self.plans = plan_pools(cfg)
-        self.perf = build_perf_models(cfg, self.plans)
-        self.kv_block_size = int(getattr(cfg.workload, "block_size", 0) or 512)
+        self.cluster = SimulatedCluster(cfg)
+        self.kv_block_size = int(cfg.workload.block_size)
         self._points = 0
         self._load_frames: list[pd.DataFrame] = []
 
@@ -46,14 +43,9 @@ class SimDeployment:
     def __exit__(self, *exc: object) -> None:
         return None
 
-    def setup(self) -> ClusterSetup:
-        """A fresh cluster set-up (new policy objects) for one simulation."""
-        return build_setup(self.cfg, self.plans, self.perf, seed=self.cfg.seed)
-
-    def run_point(self, requests: WorkloadRequests, folder: RunFolder) -> EngineResult:
+    def run_point(self, requests: WorkloadRequests, folder: JobFolder) -> EngineResult:
         start = time.perf_counter()
-        setup = self.setup()
-        run = Cluster(setup).run(requests.specs, progress=self.cfg.engine.progress)
+        setup, run = self.cluster.run(requests.specs, progress=self.cfg.engine.progress)
         records = run.records()
         wall = time.perf_counter() - start
         log.info("simulated %d requests (%.0f s of cluster time, %d events) in %.2f s wall", len(records),
@@ -70,6 +62,4 @@ class SimDeployment:
         return None
 
     def describe(self) -> dict[str, Any]:
-        return {"engine": "sim", "perf_model": self.cfg.engine.perf_model,
-                "pools": [{"role": p.role, "count": p.count, "hardware": p.hardware.name, "tp": p.shape.tp,
-                           "pp": p.shape.pp, **self.perf[p.role].describe()} for p in self.plans]}
+        return self.cluster.describe()

@@ -9,7 +9,8 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from harness.config import ConfigError, register_configs, validate
+from harness.config import register_configs, validate
+from harness.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 GROUPS = ("system", "engine", "model", "hardware", "workload", "slo", "logger", "experiment")

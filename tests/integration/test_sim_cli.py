@@ -11,6 +11,8 @@ import pytest
 
 from tests.integration.test_cli import job_dirs, run_harness
 
+pytestmark = pytest.mark.integration  # runs the app as a process
+
 SMALL = ["engine=sim", "model=llama3_8b", "hardware=a100_80gb", "workload=shared_prefix", "workload.num_groups=4",
          "workload.prompts_per_group=25", "workload.arrival.rate_rps=8", "slo=distserve_chatbot_13b",
          "engine.progress=false"]

@@ -8,31 +8,41 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from harness.config import register_configs, validate
-from harness.engines import DeploymentError
+from harness.errors import ConfigError
 from harness.records import RequestRecord, RequestStatus
 from harness.results import RunFolder
-from systems.disagg_vllm import (
-    DisaggVllmDeployment,
+from systems.contract import DeploymentError
+from systems.deployments.disagg import DisaggVllmDeployment, default_cores
+from systems.deployments.disagg.facts import (
     attach_router_facts,
     count_failed_puts,
     count_recovered,
-    default_cores,
     prefill_source_info,
     transfer_by_id,
 )
 from systems.launch.kv_transfer_config import SUITE_CONNECTORS
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 BASE = ["engine=vllm", "engine.device=cpu", "model=tiny_llama", "hardware=cpu_host"]
 
 
-def cfg_for(overrides: list[str]):
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return validate(compose(config_name="config", overrides=[*BASE, *overrides]))
+class NoLoad:
+    """A load driver for deployments that are built but never serve."""
+
+    def run(self, requests, target):
+        raise AssertionError("not expected to send load")
+
+    def warm_up(self, base_url, n, who):
+        raise AssertionError("not expected to warm up")
+
+
+@pytest.fixture
+def cfg_for(compose):
+    return lambda overrides: compose([*BASE, *overrides])
+
+
+def deployment(cfg, folder) -> DisaggVllmDeployment:
+    return DisaggVllmDeployment(cfg, RunFolder(folder), NoLoad())
 
 
 # -- pure helpers ----------------------------------------------------------------------------------------------
@@ -117,30 +127,36 @@ def test_default_cores():
     assert default_cores("decode", 1) == "0" and default_cores("prefill", 1) == "0"
 
 
-# -- deployment construction -----------------------------------------------------------------------------------
+# -- what validation refuses before a deployment exists, and what the deployment refuses -----------------------
 @pytest.mark.parametrize(("overrides", "match"), [
-    (["system=distserve", "system.mixed_instances=1"], "only system=splitwise"),
-    (["system=distserve", "system.router=conductor"], "conductor needs the cluster pool"),
-    (["system=distserve", "system.prefill_instances=3", "system.decode_instances=3", "engine.max_instances=5"],
-     "3 GiB"),
-    (["system=distserve", "system.colocated_instances=1"], "colocated_instances"),
+    (["system=distserve", "system.mixed_instances=1"], "only a system with a mixed pool"),
+    (["system=distserve", "system.router=conductor"], "only system=mooncake has"),
+    (["system=distserve", "system.colocated_instances=1"], "system.colocated_instances: must be 0"),
     (["system=distserve", "system.router=nonsense"], "system.router=nonsense"),
+    (["system=mooncake", "engine.kv_pool.segment_size=4MB"], "engine.kv_pool.segment_size: Mooncake needs at least 16MB"),
 ])
-def test_construction_errors(tmp_path, overrides, match):
-    with pytest.raises(DeploymentError, match=match):
-        DisaggVllmDeployment(cfg_for(overrides), RunFolder(tmp_path))
+def test_config_errors_before_any_work(cfg_for, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        cfg_for(overrides)
 
 
-def test_valid_distserve_config_constructs(tmp_path):
-    dep = DisaggVllmDeployment(cfg_for(["system=distserve"]), RunFolder(tmp_path))
+def test_too_many_cpu_instances_are_refused_by_the_deployment(cfg_for, tmp_path):
+    cfg = cfg_for(["system=distserve", "system.prefill_instances=3", "system.decode_instances=3", "engine.max_instances=5"])
+    with pytest.raises(DeploymentError, match="3 GiB"):
+        deployment(cfg, tmp_path)
+
+
+def test_valid_distserve_config_constructs(cfg_for, tmp_path):
+    dep = deployment(cfg_for(["system=distserve"]), tmp_path)
     assert dep.device == "cpu" and not dep.has_pool and dep.servers == []
+    assert dep.policy == "load_balancing"  # system=distserve's least_loaded, canonical
 
 
 @pytest.fixture
-def mooncake(tmp_path, monkeypatch):
+def mooncake(cfg_for, tmp_path, monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     cfg = cfg_for(["system=mooncake", "system.prefill_instances=2", "system.decode_instances=1"])
-    dep = DisaggVllmDeployment(cfg, RunFolder(tmp_path / "run"))
+    dep = deployment(cfg, tmp_path / "run")
     dep._bootstrap = {"p0": "127.0.0.1:1", "p1": "127.0.0.1:2"}
     dep.master_address = "127.0.0.1:3"
     dep.run_dir = tmp_path
@@ -190,10 +206,10 @@ def test_mooncake_router_config(mooncake):
     assert parsed.prefill[0].bootstrap == "http://127.0.0.1:1" and parsed.policy == "conductor"
 
 
-def test_gpu_roles_take_their_own_devices_and_tp(tmp_path):
+def test_gpu_roles_take_their_own_devices_and_tp(cfg_for, tmp_path):
     cfg = cfg_for(["system=distserve", "engine.device=gpu", "system.prefill_instances=2", "system.decode_instances=1",
                    "engine.prefill.devices=[4,5]", "engine.decode.tensor_parallel_size=2"])
-    dep = DisaggVllmDeployment(cfg, RunFolder(tmp_path / "run"))
+    dep = deployment(cfg, tmp_path / "run")
     dep._bootstrap = {"p0": "127.0.0.1:1", "p1": "127.0.0.1:2"}
     dep.run_dir = tmp_path
     specs = {s.name: s for s in dep.server_specs(Path("/models/x"))}
@@ -203,16 +219,10 @@ def test_gpu_roles_take_their_own_devices_and_tp(tmp_path):
     assert specs["p0"].kv_transfer_config["kv_connector_extra_config"]["mooncake_protocol"] == "rdma"
 
 
-def test_gpu_role_with_too_few_devices_is_refused(tmp_path):
+def test_gpu_role_with_too_few_devices_is_refused(cfg_for, tmp_path):
     cfg = cfg_for(["system=distserve", "engine.device=gpu", "system.prefill_instances=2", "engine.prefill.devices=[4]"])
-    dep = DisaggVllmDeployment(cfg, RunFolder(tmp_path / "run"))
+    dep = deployment(cfg, tmp_path / "run")
     dep._bootstrap = {"p0": "127.0.0.1:1", "p1": "127.0.0.1:2"}
     dep.run_dir = tmp_path
     with pytest.raises(DeploymentError, match=r"engine.prefill.devices: 2 instance\(s\) of TP 1 need 2 devices"):
         dep.server_specs(Path("/models/x"))
-
-
-def test_pool_segment_below_mooncake_minimum_is_refused(tmp_path):
-    cfg = cfg_for(["system=mooncake", "engine.kv_pool.segment_size=4MB"])
-    with pytest.raises(DeploymentError, match="engine.kv_pool.segment_size: Mooncake needs at least 16MB"):
-        DisaggVllmDeployment(cfg, RunFolder(tmp_path))

@@ -1,5 +1,6 @@
 """Figures of sim_study jobs, on small hand-made study tables (no simulation): every figure writes its
-PNG and the CSV it plotted, and the derived quantities (capacity, Pareto front, load series) are right."""
+PNG and the CSV of exactly the numbers it plotted, the tables the figures read (capacity from the study's
+``capacity.csv``, Pareto fronts, load series) are right, and a failing figure fails the job."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from figures.render import FIGURES_BY_KIND
+from figures.render import FigureError, plots_for, render_job
 from figures.sim_studies import (
     PLOTS_BY_FIGURE,
     plot_capacity,
@@ -22,13 +23,14 @@ from figures.sim_studies import (
     plot_placement,
     plot_rejection,
     plot_scheduling,
-    plot_sim_study,
     plot_slo_attainment,
     plot_slo_goodput,
     plot_splitwise,
 )
 from figures.study_tables import (
-    capacity_at,
+    THRESHOLD_COLUMN,
+    JobFolder,
+    MissingCapacity,
     capacity_ratios,
     capacity_table,
     load_series,
@@ -37,12 +39,14 @@ from figures.study_tables import (
     rejection_table,
     slo_goodput_table,
 )
+from harness.result_files import CAPACITY_FILE
+from harness.studies.sim_sweep import capacity_table as study_capacity_table
 
 # ---------------------------------------------------------------------------------------------- fixtures
 
 
 def make_job(root: Path, figure: str, study: pd.DataFrame, extra: dict[str, Any] | None = None,
-             load: pd.DataFrame | None = None, placement: dict[str, Any] | None = None) -> Path:
+             load: pd.DataFrame | None = None, placement: dict[str, Any] | None = None, capacity: bool = True) -> Path:
     job = root / figure / "2026-01-01_00-00-00"
     job.mkdir(parents=True)
     config = {"experiment_name": figure, "workload": {"name": "shared_prefix"},
@@ -50,6 +54,9 @@ def make_job(root: Path, figure: str, study: pd.DataFrame, extra: dict[str, Any]
     config.update(extra or {})
     (job / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     study.to_csv(job / "study.csv", index=False)
+    if capacity and {"variant", "slo_attainment_target"} <= set(study.columns):  # what the sweep study writes
+        thresholds = [float(m.group(1)) for c in study.columns if (m := THRESHOLD_COLUMN.match(str(c)))]
+        study_capacity_table(study, thresholds).to_csv(job / CAPACITY_FILE, index=False)
     if load is not None:
         load.to_csv(job / "load.csv", index=False)
     if placement is not None:
@@ -157,42 +164,8 @@ def assert_written(paths: list[Path], names: list[str], columns: dict[str, set[s
             assert columns[path.stem] <= set(frame.columns), (path.stem, set(frame.columns))
 
 
-# ---------------------------------------------------------------------------------------------- capacity_at
-
-def test_capacity_interpolates_between_the_last_passing_and_the_next_point():
-    cap = capacity_at([1, 2, 3, 4], [0.99, 0.95, 0.85, 0.5], 0.9)
-    assert cap.bound == "exact"
-    assert cap.value == pytest.approx(2.5)  # 2 + (0.95 - 0.9) / (0.95 - 0.85)
-
-
-def test_capacity_sorts_points_and_drops_nan():
-    cap = capacity_at([3, np.nan, 1, 2], [0.5, 1.0, 1.0, 0.9], 0.9)
-    assert cap.value == pytest.approx(2.0) and cap.bound == "exact"
-
-
-def test_capacity_takes_the_highest_passing_point_of_a_non_monotone_curve():
-    cap = capacity_at([1, 2, 3, 4], [0.95, 0.8, 0.92, 0.5], 0.9)
-    assert cap.value == pytest.approx(3 + 0.02 / 0.42)
-
-
-def test_capacity_is_a_lower_bound_when_the_fastest_point_passes():
-    cap = capacity_at([1, 2, 3], [1.0, 0.99, 0.91], 0.9)
-    assert (cap.value, cap.bound) == (3.0, "at_least")
-    assert str(cap) == ">=3"
-
-
-def test_capacity_is_zero_when_even_the_slowest_point_fails():
-    cap = capacity_at([2, 4], [0.85, 0.2], 0.9)
-    assert (cap.value, cap.bound, cap.lowest) == (0.0, "below_range", 2.0)
-
-
-def test_capacity_needs_a_point():
-    with pytest.raises(ValueError):
-        capacity_at([np.nan], [0.5])
-
-
-def test_capacity_table_and_ratios_on_hand_data():
-    cap = capacity_table(capacity_study())
+def test_capacity_table_and_ratios_on_hand_data(tmp_path):
+    cap = capacity_table(JobFolder(make_job(tmp_path, "capacity", capacity_study())))
     conv = cap[cap["trace"] == "conversation"].set_index(["system", "tbt_threshold_ms"])
     assert conv.loc[("mooncake", 100.0), "capacity_rps"] == pytest.approx(2.5)
     assert conv.loc[("vllm", 100.0), "bound"] == "below_range"
@@ -203,27 +176,35 @@ def test_capacity_table_and_ratios_on_hand_data():
     assert ratios.loc[("conversation", 300.0), "ratio"] == pytest.approx(moon300 / (2 + 0.03 / 0.43))
 
 
-def test_capacity_without_threshold_columns_uses_slo_attainment():
+def test_capacity_without_threshold_columns_uses_slo_attainment(tmp_path):
     study = capacity_study().drop(columns=["attainment_tbt_100ms", "attainment_tbt_200ms", "attainment_tbt_300ms",
                                            "speedup"])
-    cap = capacity_table(study)
+    cap = capacity_table(JobFolder(make_job(tmp_path, "capacity", study)))
     assert len(cap) == 4 and cap["tbt_threshold_ms"].isna().all()
     moon = cap[(cap["trace"] == "conversation") & (cap["system"] == "mooncake")]
     assert moon["capacity_rps"].iloc[0] == pytest.approx(2.5)
 
 
-def test_slo_goodput_per_workload_and_system():
-    goodput = slo_goodput_table(slo_study()).set_index(["workload", "system"])
+def test_slo_goodput_per_workload_and_system(tmp_path):
+    goodput = slo_goodput_table(JobFolder(make_job(tmp_path, "slo_attainment", slo_study()))).set_index(
+        ["workload", "system"])
     assert goodput.loc[("azure_conv", "vLLM"), "goodput_rps_per_gpu"] == pytest.approx(2.5)
     assert goodput.loc[("azure_conv", "DistServe"), "bound"] == "at_least"
     assert goodput.loc[("shared_prefix", "Mooncake"), "goodput_rps_per_gpu"] == 0.0
 
 
-def test_slo_labels_without_a_workload_take_the_default():
+def test_slo_labels_without_a_workload_take_the_default(tmp_path):
     study = slo_study()
     study = study[study["variant"].str.startswith("azure_conv/")].assign(
         variant=lambda t: t["variant"].str.split("/").str[1])
-    assert set(slo_goodput_table(study, "shared_prefix")["workload"]) == {"shared_prefix"}
+    job = JobFolder(make_job(tmp_path, "slo_attainment", study))
+    assert set(slo_goodput_table(job, "shared_prefix")["workload"]) == {"shared_prefix"}
+
+
+def test_a_study_without_capacity_csv_is_reported_missing(tmp_path):
+    job = JobFolder(make_job(tmp_path, "capacity", capacity_study(), capacity=False))
+    with pytest.raises(MissingCapacity, match=CAPACITY_FILE):
+        capacity_table(job)
 
 
 # ---------------------------------------------------------------------------------------------- Pareto
@@ -279,14 +260,23 @@ def test_slo_attainment_figures(tmp_path):
     assert_written(paths, ["slo_attainment", "slo_goodput"], {
         "slo_attainment": {"workload", "system", "per_gpu_rate", "slo_attainment"},
         "slo_goodput": {"workload", "system", "goodput_rps_per_gpu", "bound"}})
-    plotted = pd.read_csv(job / "figures" / "slo_goodput.csv")
+    plotted = pd.read_csv(job / "figures" / "slo_goodput.csv").set_index(["workload", "system"])
     assert len(plotted) == 6
+    assert plotted.loc[("azure_conv", "vLLM"), "goodput_rps_per_gpu"] == pytest.approx(2.5)
+    assert plotted.loc[("shared_prefix", "DistServe"), "label"] == ">=4"
+    curves = pd.read_csv(job / "figures" / "slo_attainment.csv")
+    assert len(curves) == 2 * 3 * 4  # workload x system x point
+    assert curves.set_index(["workload", "system", "per_gpu_rate"]).loc[
+        ("azure_conv", "vLLM", 3.0), "slo_attainment"] == pytest.approx(0.85)
 
 
 def test_pareto_figure(tmp_path):
     job = make_job(tmp_path, "pareto", pareto_study())
     assert_written(plot_pareto(job), ["pareto"], {
         "pareto": {"system", "layout", "max_num_seqs", "p90_ttft_ms", "p90_tpot_ms", "on_front", "slo_scale"}})
+    plotted = pd.read_csv(job / "figures" / "pareto.csv").set_index("variant")
+    assert plotted["on_front"].sum() == 4 and not plotted.loc["DistServe 2P2D/seqs64", "on_front"]
+    assert plotted.loc["DistServe 1P3D/seqs16", "slo_scale"] == pytest.approx(0.8)
 
 
 def test_capacity_figures(tmp_path):
@@ -296,6 +286,11 @@ def test_capacity_figures(tmp_path):
         "capacity_attainment": {"trace", "system", "offered_rate_rps", "tbt_threshold_ms", "attainment"}})
     plotted = pd.read_csv(job / "figures" / "capacity.csv")
     assert len(plotted) == 2 * 2 * 3  # trace x system x threshold
+    mooncake_100 = plotted[(plotted["trace"] == "synthetic") & (plotted["system"] == "mooncake")
+                           & (plotted["tbt_threshold_ms"] == 100)]
+    assert mooncake_100["capacity_rps"].tolist() == pytest.approx([2.5])  # read from capacity.csv, not recomputed
+    curves = pd.read_csv(job / "figures" / "capacity_attainment.csv")
+    assert len(curves) == 2 * 2 * 4 * 3  # trace x system x point x threshold
 
 
 def test_scheduling_figure_orders_policies(tmp_path):
@@ -311,6 +306,10 @@ def test_rejection_figures(tmp_path):
     assert_written(plot_rejection(job), ["rejection", "rejection_load"], {
         "rejection": {"split", "mode", "n_rejected"},
         "rejection_load": {"split", "mode", "time_s", "load", "value"}})
+    counts = pd.read_csv(job / "figures" / "rejection.csv").set_index(["split", "mode"])["n_rejected"]
+    assert counts.loc[("12P2D", "early")] == 300 and counts.loc[("8P8D", "none")] == 0
+    series = pd.read_csv(job / "figures" / "rejection_load.csv")
+    assert series[series["load"].str.startswith("prefill")]["value"].max() == pytest.approx(20.5)
 
 
 def test_rejection_figure_without_load_samples(tmp_path):
@@ -324,6 +323,8 @@ def test_splitwise_figure_plots_chosen_rows_only(tmp_path):
     plotted = pd.read_csv(job / "figures" / "splitwise.csv")
     assert len(plotted) == 2 * 2 * 2 * 3  # trace x budget x chosen design x measure
     assert set(plotted["split"]) == {"7P/T", "3P/4T"}
+    per_kw = plotted[(plotted["design"] == "splitwise_aa") & (plotted["measure"] == "req/s per kW")]
+    assert per_kw["value"].tolist() == pytest.approx([7.0 / 22.4] * 4)
 
 
 def test_placement_figure_highlights_the_chosen_layouts(tmp_path):
@@ -333,6 +334,7 @@ def test_placement_figure_highlights_the_chosen_layouts(tmp_path):
     plotted = pd.read_csv(job / "figures" / "placement.csv")
     assert len(plotted) == 3  # the skipped layout is not plotted
     assert plotted["chosen"].sum() == 2
+    assert plotted.set_index(["phase", "layout"]).loc[("prefill", "TP2 PP1"), "per_gpu_rate"] == pytest.approx(2.5)
 
 
 # ---------------------------------------------------------------------------------------------- dispatch
@@ -342,32 +344,32 @@ def test_placement_figure_highlights_the_chosen_layouts(tmp_path):
     ("pareto", pareto_study(), ["pareto"]),
     ("slo_attainment", slo_study(), ["slo_attainment", "slo_goodput"]),
 ])
-def test_dispatcher_reads_study_figure(tmp_path, figure, study, expected):
+def test_rendering_reads_study_figure(tmp_path, figure, study, expected):
     job = make_job(tmp_path, figure, study)
-    written = plot_sim_study(job)
+    written = render_job(job, "sim_study")
     assert sorted(p.name for p in written) == sorted(n + e for n in expected for e in (".png", ".csv"))
 
 
-def test_dispatcher_skips_an_unknown_figure(tmp_path, caplog):
+def test_an_unknown_figure_draws_nothing_and_says_so(tmp_path, caplog):
     job = make_job(tmp_path, "no_such_figure", scheduling_study())
     with caplog.at_level(logging.WARNING):
-        assert plot_sim_study(job) == []
+        assert render_job(job, "sim_study") == []
     assert "no_such_figure" in caplog.text
 
 
-def test_dispatcher_logs_a_failing_figure_instead_of_failing_the_job(tmp_path, caplog):
-    job = make_job(tmp_path, "pareto", pd.DataFrame({"variant": ["a"], "x": [1]}))
-    with pytest.raises(KeyError):
-        plot_pareto(job)
-    with caplog.at_level(logging.ERROR):
-        assert plot_sim_study(job) == []
-    assert "plot_pareto failed" in caplog.text
+def test_a_failing_figure_fails_the_rendering_after_the_others_are_drawn(tmp_path, caplog):
+    job = make_job(tmp_path, "slo_attainment", slo_study(), capacity=False)  # slo_goodput needs capacity.csv
+    with caplog.at_level(logging.ERROR), pytest.raises(FigureError, match=r"1 figure\(s\) failed \(plot_slo_goodput"):
+        render_job(job, "sim_study")
+    assert (job / "figures" / "slo_attainment.png").is_file()  # drawn before the failure was raised
+    assert "plot_slo_goodput failed" in caplog.text
 
 
-def test_every_preset_figure_is_known_and_registered():
+def test_every_preset_figure_is_known_and_registered(tmp_path):
     presets = Path(__file__).resolve().parents[2] / "conf" / "experiment"
     for preset in presets.glob("*.yaml"):
         study = (yaml.safe_load(preset.read_text(encoding="utf-8")) or {}).get("study") or {}
         if study.get("figure"):
             assert study["figure"] in PLOTS_BY_FIGURE, preset.name
-    assert plot_sim_study in FIGURES_BY_KIND["sim_study"]
+            job = make_job(tmp_path / preset.stem, str(study["figure"]), scheduling_study())
+            assert plots_for(job, "sim_study") == PLOTS_BY_FIGURE[study["figure"]]

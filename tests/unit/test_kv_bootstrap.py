@@ -99,6 +99,7 @@ def run_with_client(test: Callable[[TestClient], Awaitable[None]], timeout_s: fl
     asyncio.run(asyncio.wait_for(go(), timeout_s))
 
 
+@pytest.mark.integration
 def test_app_register_then_query():
     async def test(client: TestClient) -> None:
         resp = await client.get("/query")
@@ -112,6 +113,7 @@ def test_app_register_then_query():
     run_with_client(test)
 
 
+@pytest.mark.integration
 def test_app_refusals_answer_400_with_detail():
     async def test(client: TestClient) -> None:
         resp = await client.post("/register", data=b"{not json", headers={"Content-Type": "application/json"})
@@ -129,6 +131,7 @@ def test_app_refusals_answer_400_with_detail():
     run_with_client(test)
 
 
+@pytest.mark.integration
 def test_each_app_has_its_own_registry():
     first, second = create_app(), create_app()
     assert first is not second

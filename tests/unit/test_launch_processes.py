@@ -23,6 +23,8 @@ from systems.launch.processes import (
     wait_http_ready,
 )
 
+pytestmark = pytest.mark.integration  # starts processes
+
 
 def pid_alive(pid: int) -> bool:
     """Alive and not a zombie."""
@@ -78,9 +80,9 @@ def test_stop_kills_whole_group(tmp_path, mode):
     assert not pid_alive(parent) and not pid_alive(child)
     assert proc.group_pids() == []
     if mode == "stubborn":
-        assert code == -signal.SIGKILL and elapsed >= 1.0
+        assert code == -signal.SIGKILL and elapsed >= 1.0  # it waited the grace period before SIGKILL
     else:
-        assert code == -signal.SIGTERM and elapsed < 1.0
+        assert code == -signal.SIGTERM  # stopped by SIGTERM, so never waited for SIGKILL
 
 
 def test_stop_is_idempotent_and_safe_before_start(tmp_path):
@@ -124,11 +126,9 @@ def test_wait_http_ready_on_a_real_http_server(tmp_path):
 def test_crash_is_detected_fast_with_log_tail(tmp_path):
     code = "import sys; print('loading model'); print('FATAL: no such model', file=sys.stderr); sys.exit(3)"
     proc = ManagedProcess("crasher").start([sys.executable, "-c", code], log_path=tmp_path / "c.log")
-    t0 = time.monotonic()
     with pytest.raises(ServerStartError) as info:
-        wait_http_ready(proc, f"http://127.0.0.1:{free_port()}/health", timeout_s=60, interval_s=0.05)
-    assert time.monotonic() - t0 < 10
-    message = str(info.value)
+        wait_http_ready(proc, f"http://127.0.0.1:{free_port()}/health", timeout_s=600, interval_s=0.05)
+    message = str(info.value)  # the exit was detected, not the 600 s timeout
     assert "crasher exited with code 3" in message
     assert "FATAL: no such model" in message and "loading model" in message
     proc.stop()

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from harness.config import ModelConfig
+from systems.config import ModelConfig
 from systems.launch.tiny_model import (
     DEFAULT_MODEL_YAML,
     build_tiny_llama,

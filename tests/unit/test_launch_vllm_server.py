@@ -100,6 +100,7 @@ def test_spec_rejects_bad_values(bad):
         cpu_spec(**bad)
 
 
+@pytest.mark.integration
 def test_taken_port_fails_before_anything_starts(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

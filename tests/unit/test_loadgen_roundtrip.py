@@ -13,6 +13,8 @@ from harness.loadgen.mock_server import MockConfig, mock_server_thread
 from harness.records import RequestSpec, RequestStatus
 from workloads.arrivals import ArrivalSchedule
 
+pytestmark = pytest.mark.integration  # a mock server on loopback
+
 NO_BAR = LoadGenOptions(progress=False, drain_timeout_s=10)
 
 

@@ -1,5 +1,7 @@
-"""Timing against the mock server run as a separate process: TTFT/TPOT match the injected delays, issue lag
-is recorded, and the multi-process mode returns every record on one shared time origin."""
+"""The load generator against the mock server run as a separate process: every record is timed on one
+clock from its scheduled arrival (sent, first token, finish in that order), and the multi-process mode
+returns every record on one shared time origin. How closely the times match the injected delays, and
+how late requests leave, are speed targets: tests/bench/test_speed_targets.py."""
 
 from __future__ import annotations
 
@@ -7,11 +9,14 @@ import math
 import time
 
 import numpy as np
+import pytest
 
 from harness.loadgen import LoadGenOptions, TargetConfig, run_load
 from harness.loadgen.mock_process import mock_server_process
 from harness.records import RequestSpec, RequestStatus
 from workloads.arrivals import ArrivalSchedule
+
+pytestmark = pytest.mark.integration  # a mock server process on loopback
 
 TTFT_MS, ITL_MS, N_OUT = 20.0, 5.0, 6
 
@@ -26,14 +31,11 @@ def poisson(n: int, rate: float) -> tuple[list[RequestSpec], ArrivalSchedule, li
 def check_times(records: tuple, specs: list[RequestSpec]) -> None:
     assert [r.request_id for r in records] == [s.request_id for s in specs]
     assert all(r.status == RequestStatus.OK for r in records), [r.error for r in records if r.error]
-    lag_ms = np.array([(r.sent_s - r.arrival_s) * 1e3 for r in records])
-    ttft_ms = np.array([(r.first_token_s - r.arrival_s) * 1e3 for r in records])
-    tpot_ms = np.array([(r.finish_s - r.first_token_s) * 1e3 / (r.n_out - 1) for r in records])
     assert all(r.arrival_s == s.arrival_s for r, s in zip(records, specs, strict=True))
-    assert lag_ms.min() >= 0 and np.median(lag_ms) < 2.0
-    assert -0.5 < np.median(ttft_ms) - TTFT_MS < 4.0
-    assert abs(np.median(tpot_ms) - ITL_MS) < 1.0
-    assert all(r.sent_s < r.first_token_s < r.finish_s for r in records)
+    assert all(r.arrival_s <= r.sent_s < r.first_token_s < r.finish_s for r in records)
+    # the server waits TTFT_MS before the first token: no clock can make the first token come sooner
+    assert min(r.first_token_s - r.sent_s for r in records) * 1e3 >= TTFT_MS * 0.9
+    assert all(r.n_out == N_OUT and len(r.chunk_times_s) == N_OUT for r in records)
 
 
 def test_ttft_tpot_and_issue_lag_single_process() -> None:
@@ -42,8 +44,8 @@ def test_ttft_tpot_and_issue_lag_single_process() -> None:
         before = time.time()
         result = run_load(specs, schedule, prompts, TargetConfig(server.url, "m"), LoadGenOptions(progress=False))
     check_times(result.records, specs)
-    assert before < result.t0_wall < before + 1.0
-    assert result.info["issue_lag_p99_ms"] < 10 and not result.invalid_reasons
+    assert before < result.t0_wall < time.time()
+    assert result.info["issue_lag_p99_ms"] is not None and result.info["n_sent"] == 60
 
 
 def test_multi_process_merges_records_on_one_origin() -> None:
@@ -55,9 +57,9 @@ def test_multi_process_merges_records_on_one_origin() -> None:
     assert result.info["n_processes"] == 2 and len(result.info["per_process"]) == 2
     assert result.info["n_sent"] == 60 and not result.invalid_reasons
     sent = [r.sent_s for r in result.records]
-    # both processes follow the same schedule: sends stay in arrival order up to small jitter
-    assert max(abs(s - r.arrival_s) for s, r in zip(sent, result.records, strict=True)) < 0.05
     assert not any(math.isnan(s) for s in sent)
+    # both processes follow the same schedule and clock: nothing leaves before its arrival
+    assert all(s >= r.arrival_s for s, r in zip(sent, result.records, strict=True))
 
 
 def test_multi_process_closed_loop_and_cap_split() -> None:

@@ -27,6 +27,8 @@ from systems.policies.hashing import block_hashes
 from systems.router.conductor_view import EWMA, ClusterState, Estimates, RouterPDView, least_loaded_decode
 from systems.router.pd_app import Instance, PDRouter, RouterConfig, create_app
 
+pytestmark = pytest.mark.integration  # servers on loopback
+
 PROMPT = list(range(1, 13))  # 12 tokens: 3 full blocks of 4
 
 

@@ -88,6 +88,7 @@ _GOLDEN_SCRIPT = (
 )
 
 
+@pytest.mark.integration
 def test_hashes_are_identical_in_another_process() -> None:
     here = [
         block_hashes(list(range(1000)), 128, "s"),

@@ -1,4 +1,4 @@
-"""The policy registry: names, alias, arguments and errors."""
+"""The colocated policy registry: canonical names, arguments and errors (aliases are systems/topology.py's)."""
 
 from __future__ import annotations
 
@@ -7,20 +7,21 @@ import pytest
 from systems.policies import (
     POLICY_NAMES,
     CacheAwarePolicy,
+    InstanceLoad,
     LeastOutstandingPolicy,
     RandomPolicy,
     RoundRobinPolicy,
+    RouteRequest,
     build_policy,
     policy_parameters,
 )
 
 
 def test_every_name_builds_its_policy() -> None:
-    assert set(POLICY_NAMES) == {"random", "round_robin", "least_outstanding", "least_loaded", "cache_aware"}
+    assert set(POLICY_NAMES) == {"random", "round_robin", "least_outstanding", "cache_aware"}
     assert isinstance(build_policy("random", seed=3), RandomPolicy)
     assert isinstance(build_policy("round_robin"), RoundRobinPolicy)
     assert isinstance(build_policy("least_outstanding"), LeastOutstandingPolicy)
-    assert isinstance(build_policy("least_loaded"), LeastOutstandingPolicy)
     p = build_policy("cache_aware", block_size=16, capacity_blocks_per_instance=100, max_imbalance=4)
     assert isinstance(p, CacheAwarePolicy)
     assert p.describe() == {
@@ -35,13 +36,16 @@ def test_every_name_builds_its_policy() -> None:
 
 
 def test_builds_are_independent() -> None:
+    loads = [InstanceLoad("i0", 0), InstanceLoad("i1", 0)]
+    request = RouteRequest(request_id=1, block_hashes=(), n_prompt_tokens=8)
     a, b = build_policy("round_robin"), build_policy("round_robin")
-    assert a is not b
+    assert [a.choose(request, loads) for _ in range(3)] == [0, 1, 0]
+    assert b.choose(request, loads) == 0  # a's turns did not move b's
 
 
 def test_unknown_name_lists_the_names() -> None:
     with pytest.raises(
-        ValueError, match="unknown routing policy 'fastest'; known: cache_aware, least_loaded"
+        ValueError, match="unknown routing policy 'fastest'; known: cache_aware, least_outstanding, random, round_robin"
     ):
         build_policy("fastest")
 

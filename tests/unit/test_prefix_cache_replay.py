@@ -10,7 +10,7 @@ import pytest
 from systems.kvcache import (
     EvictionPolicy,
     GlobalLocalResult,
-    RoutingPolicy,
+    ReplayRouting,
     flatten_blocks,
     hit_rates,
     prefix_cache_replay,
@@ -95,7 +95,7 @@ def ref_local(
     n_instances: int,
     capacity: int | None,
     policy: EvictionPolicy,
-    routing: RoutingPolicy,
+    routing: ReplayRouting,
     seed: int,
 ) -> tuple[list[int], list[int]]:
     clock = [0]
@@ -104,9 +104,9 @@ def ref_local(
     rnd = np.random.default_rng(seed).integers(0, n_instances, size=len(reqs), dtype=np.int64)
     hits, inst = [], []
     for r, blocks in enumerate(reqs):
-        if routing is RoutingPolicy.CACHE_AWARE:
+        if routing is ReplayRouting.CACHE_AWARE:
             i = min(range(n_instances), key=lambda x: (-caches[x].lookup(blocks), routed[x], x))
-        elif routing is RoutingPolicy.RANDOM:
+        elif routing is ReplayRouting.RANDOM:
             i = int(rnd[r])
         else:
             i = r % n_instances
@@ -273,8 +273,8 @@ def test_overflow_heap_matches_reference(monkeypatch: pytest.MonkeyPatch, max_de
             for policy in EvictionPolicy:
                 got = replay_prefix_hits(d, o, capacity, policy).tolist()
                 assert got == ref_replay(reqs, capacity, policy), (seed, capacity, policy)
-        res = replay_global_vs_local(d, o, 3, 4, LA, RoutingPolicy.CACHE_AWARE)
-        hits, inst = ref_local(reqs, 3, 4, LA, RoutingPolicy.CACHE_AWARE, 0)
+        res = replay_global_vs_local(d, o, 3, 4, LA, ReplayRouting.CACHE_AWARE)
+        hits, inst = ref_local(reqs, 3, 4, LA, ReplayRouting.CACHE_AWARE, 0)
         assert res.local_hits.tolist() == hits and res.instance.tolist() == inst
 
 
@@ -287,9 +287,9 @@ def test_sweep_matches_single_runs() -> None:
         assert hits.tolist() == ref_replay(reqs, c, p)
 
 
-@pytest.mark.parametrize("routing", list(RoutingPolicy))
+@pytest.mark.parametrize("routing", list(ReplayRouting))
 @pytest.mark.parametrize("seed", range(3))
-def test_local_routing_matches_reference(routing: RoutingPolicy, seed: int) -> None:
+def test_local_routing_matches_reference(routing: ReplayRouting, seed: int) -> None:
     rng = np.random.default_rng(100 + seed)
     reqs = random_trace(rng, 120, universe=25, max_len=6)
     d, o = flat(reqs)
@@ -307,7 +307,7 @@ def test_local_routing_matches_reference(routing: RoutingPolicy, seed: int) -> N
 def test_one_instance_local_equals_global() -> None:
     reqs = random_trace(np.random.default_rng(3), 200, 30, 8)
     d, o = flat(reqs)
-    for routing in RoutingPolicy:
+    for routing in ReplayRouting:
         res = replay_global_vs_local(d, o, 1, 6, LFU, routing)
         assert np.array_equal(res.local_hits, res.global_hits)
         assert not res.instance.any()
@@ -330,9 +330,9 @@ def test_global_pool_beats_private_caches_with_round_robin() -> None:
     reqs = grouped_trace(np.random.default_rng(5), 2000, n_groups=16, prefix_len=10, suffix_len=5)
     d, o = flat(reqs)
     for policy in EvictionPolicy:
-        res = replay_global_vs_local(d, o, 4, 60, policy, RoutingPolicy.ROUND_ROBIN)
+        res = replay_global_vs_local(d, o, 4, 60, policy, ReplayRouting.ROUND_ROBIN)
         assert res.global_hits.sum() >= res.local_hits.sum(), policy
-    res = replay_global_vs_local(d, o, 4, 60, LRU, RoutingPolicy.ROUND_ROBIN)
+    res = replay_global_vs_local(d, o, 4, 60, LRU, ReplayRouting.ROUND_ROBIN)
     assert res.global_hits.sum() > 1.2 * res.local_hits.sum()
     assert np.bincount(res.instance).tolist() == [500] * 4
 
@@ -340,7 +340,7 @@ def test_global_pool_beats_private_caches_with_round_robin() -> None:
 def test_cache_aware_routing_beats_random_on_prefix_groups() -> None:
     reqs = grouped_trace(np.random.default_rng(9), 2000, n_groups=8, prefix_len=12, suffix_len=4)
     d, o = flat(reqs)
-    aware = replay_global_vs_local(d, o, 4, 40, LRU, RoutingPolicy.CACHE_AWARE)
+    aware = replay_global_vs_local(d, o, 4, 40, LRU, ReplayRouting.CACHE_AWARE)
     rand = replay_global_vs_local(d, o, 4, 40, LRU, "random", seed=1)
     assert aware.local_hits.sum() > 1.5 * rand.local_hits.sum()
     # the global result does not depend on routing
@@ -351,10 +351,10 @@ def test_random_routing_is_seeded_and_isolated() -> None:
     reqs = random_trace(np.random.default_rng(2), 100, 20, 5)
     d, o = flat(reqs)
     np.random.seed(0)
-    a = replay_global_vs_local(d, o, 3, 5, LRU, RoutingPolicy.RANDOM, seed=42)
+    a = replay_global_vs_local(d, o, 3, 5, LRU, ReplayRouting.RANDOM, seed=42)
     np.random.seed(1)
-    b = replay_global_vs_local(d, o, 3, 5, LRU, RoutingPolicy.RANDOM, seed=42)
-    c = replay_global_vs_local(d, o, 3, 5, LRU, RoutingPolicy.RANDOM, seed=43)
+    b = replay_global_vs_local(d, o, 3, 5, LRU, ReplayRouting.RANDOM, seed=42)
+    c = replay_global_vs_local(d, o, 3, 5, LRU, ReplayRouting.RANDOM, seed=43)
     assert np.array_equal(a.instance, b.instance)
     assert not np.array_equal(a.instance, c.instance)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from systems.kvcache import EvictionPolicy, RoutingPolicy, flatten_blocks, hit_rates, replay_prefix_hits
+from systems.kvcache import EvictionPolicy, ReplayRouting, flatten_blocks, hit_rates, replay_prefix_hits
 from systems.kvcache import replay_global_vs_local as global_vs_local
 from tests.unit.test_prefix_cache_replay import ref_local, ref_replay
 
@@ -86,7 +86,7 @@ def test_kernels_match_reference_on_trace_head(trace: list[dict]) -> None:
     d, o = flatten_blocks(reqs)
     for policy in EvictionPolicy:
         assert replay_prefix_hits(d, o, 200, policy).tolist() == ref_replay(reqs, 200, policy)
-    for routing in RoutingPolicy:
+    for routing in ReplayRouting:
         res = global_vs_local(d, o, 3, 80, EvictionPolicy.LFU, routing, seed=5)
         hits, inst = ref_local(reqs, 3, 80, EvictionPolicy.LFU, routing, 5)
         assert res.local_hits.tolist() == hits

@@ -16,6 +16,7 @@ import yaml
 from figures.report import FAILS, HOLDS, NOT_RUN, evaluate, find_latest_jobs, main, write_report
 from figures.report_claims import (
     CLAIMS,
+    Bounded,
     Claim,
     MissingData,
     Outcome,
@@ -23,7 +24,9 @@ from figures.report_claims import (
     greater_than_one,
     ratio_range,
 )
-from figures.study_tables import Capacity, JobFolder
+from figures.study_tables import THRESHOLD_COLUMN, JobFolder
+from harness.result_files import CAPACITY_FILE
+from harness.studies.sim_sweep import capacity_table
 
 CLAIMS_BY_KEY = {c.key: c for c in CLAIMS}
 PRESETS = Path(__file__).resolve().parents[2] / "conf" / "experiment"
@@ -41,6 +44,9 @@ def make_job(root: Path, experiment: str, table: pd.DataFrame, *, job: str = "20
             "workload": {"name": "shared_prefix"}}
     (folder / "config.yaml").write_text(yaml.safe_dump({**base, **(config or {})}), encoding="utf-8")
     table.to_csv(folder / "study.csv", index=False)
+    if {"variant", "slo_attainment_target"} <= set(table.columns):  # a sweep study also writes its capacities
+        thresholds = [float(m.group(1)) for c in table.columns if (m := THRESHOLD_COLUMN.match(str(c)))]
+        capacity_table(table, thresholds).to_csv(folder / CAPACITY_FILE, index=False)
     for name, content in (files or {}).items():
         (folder / name).write_text(json.dumps(content), encoding="utf-8")
     return folder
@@ -58,8 +64,8 @@ def capacity(mooncake: list[float], vllm: list[float]) -> pd.DataFrame:
         for system, att in (("mooncake", mooncake), ("vllm", vllm)):
             for i, (rate, a) in enumerate(zip([1.0, 2.0, 3.0, 4.0], att, strict=True)):
                 rows.append({"variant": f"{trace}/{system}", "point": i, "offered_rate_rps": rate,
-                             "slo_attainment": a, "attainment_tbt_100ms": a, "attainment_tbt_200ms": a,
-                             "attainment_tbt_300ms": a})
+                             "slo_attainment": a, "slo_attainment_target": 0.9, "attainment_tbt_100ms": a,
+                             "attainment_tbt_200ms": a, "attainment_tbt_300ms": a})
     return pd.DataFrame(rows)
 
 
@@ -188,8 +194,9 @@ def test_capacity_below_the_slowest_point_is_an_upper_bound(tmp_path):
 
 
 def test_ratio_ranges_follow_the_capacity_bounds():
-    exact, above, below = Capacity(2.0, "exact"), Capacity(4.0, "at_least"), Capacity(0.0, "below_range", 1.0)
-    assert ratio_range(exact, Capacity(1.0, "exact")) == (2.0, 2.0)
+    exact, above = Bounded(2.0, "exact", 1.0, "2"), Bounded(4.0, "at_least", 1.0, ">=4")
+    below = Bounded(0.0, "below_range", 1.0, "0 (<1)")
+    assert ratio_range(exact, Bounded(1.0, "exact", 1.0, "1")) == (2.0, 2.0)
     assert ratio_range(above, exact) == (2.0, math.inf)
     assert ratio_range(exact, above) == (0.0, 0.5)
     assert ratio_range(exact, below) == (2.0, math.inf)

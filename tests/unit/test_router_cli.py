@@ -1,4 +1,5 @@
-"""``python -m systems.router`` as a process: serves on loopback, routes, exits 0 on SIGTERM; rejects bad options."""
+"""``python -m systems.router colocated`` as a process: serves on loopback, routes, exits 0 on SIGTERM; rejects
+bad options (and the entry point rejects an unknown router kind)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from systems.router.fake_backend import FakeBackend
+
+pytestmark = pytest.mark.integration  # starts the router as a process on loopback
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -47,7 +51,7 @@ def test_router_process_routes_and_stops_cleanly_on_sigterm() -> None:
             await backend.start()
             port = free_port()
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "systems.router", "--port", str(port), "--backend", f"b0={backend.url}",
+                sys.executable, "-m", "systems.router", "colocated", "--port", str(port), "--backend", f"b0={backend.url}",
                 "--policy", "cache_aware", "--block-size", "16", "--capacity-blocks", "1000", "--max-imbalance", "4",
                 cwd=ROOT, env=ENV, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
@@ -85,7 +89,7 @@ def test_router_rejects_options_the_policy_does_not_take() -> None:
     for extra, message in cases:
         argv = ["--port", "1", "--backend", "a=http://127.0.0.1:1", *extra]
         out = subprocess.run(
-            [sys.executable, "-m", "systems.router", *argv],
+            [sys.executable, "-m", "systems.router", "colocated", *argv],
             cwd=ROOT,
             env=ENV,
             capture_output=True,
@@ -93,3 +97,9 @@ def test_router_rejects_options_the_policy_does_not_take() -> None:
             timeout=60,
         )
         assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_the_entry_point_needs_a_router_kind() -> None:
+    out = subprocess.run([sys.executable, "-m", "systems.router", "--port", "1"], cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "{colocated,disaggregated}" in out.stderr, out.stderr

@@ -22,6 +22,8 @@ from systems.router import RouterState, create_app, start_router
 from systems.router.fake_backend import FakeBackend
 from systems.router.proxy import STATE_KEY
 
+pytestmark = pytest.mark.integration  # servers on loopback
+
 
 def run(coro: Awaitable[None], timeout_s: float = 30.0) -> None:
     asyncio.run(asyncio.wait_for(coro, timeout_s))

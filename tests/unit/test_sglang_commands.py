@@ -8,20 +8,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from harness.config import ConfigError, register_configs, validate
-from harness.engines import DeploymentError
+from harness.errors import ConfigError
 from harness.results import RunFolder
-from systems import sglang_pd
+from systems.contract import DeploymentError
+from systems.deployments import sglang as sglang_deployment
+from systems.deployments.sglang import SglangDeployment, build_specs, missing_requirements, visible_gpus
 from systems.launch.sglang_commands import (
     ROUTER_MODULE,
     SERVER_MODULE,
     HiCacheSpec,
-    MooncakeMasterSpec,
     MooncakeStoreSpec,
     SglangServerSpec,
-    mooncake_master_command,
     mooncake_store_env,
     parse_size_bytes,
     router_command,
@@ -29,15 +27,25 @@ from systems.launch.sglang_commands import (
     server_env,
     server_tmp_dir,
 )
-from systems.sglang_pd import SglangPDDeployment, build_specs, missing_requirements, visible_gpus
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
-def cfg_for(overrides: list[str]):
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return validate(compose(config_name="config", overrides=["engine=sglang", "system=distserve", *overrides]))
+class NoLoad:
+    """A load driver for deployments that never get to serve."""
+
+    def run(self, requests, target):
+        raise AssertionError("not expected to send load")
+
+    def warm_up(self, base_url, n, who):
+        raise AssertionError("not expected to warm up")
+
+
+@pytest.fixture
+def cfg_for(compose):
+    return lambda overrides: compose(["engine=sglang", "system=distserve", *overrides])
+
+
+def deployment(cfg, folder) -> SglangDeployment:
+    return SglangDeployment(cfg, RunFolder(folder), NoLoad())
 
 
 def arg(cmd: list[str], flag: str) -> str:
@@ -132,7 +140,7 @@ def test_tmp_dir_moves_out_of_a_long_run_folder(tmp_path):
 
 def test_hicache_with_mooncake_l3_flags_and_env(tmp_path):
     hicache = HiCacheSpec(ratio=2.5, storage_backend="mooncake", write_policy="write_back",
-                          prefetch_policy="timeout", mooncake=store())
+                          prefetch_policy="timeout", mooncake_store=store())
     prefill = server_command(spec(hicache=hicache))
     assert "--enable-hierarchical-cache" in prefill
     assert arg(prefill, "--hicache-ratio") == "2.5" and arg(prefill, "--hicache-storage-backend") == "mooncake"
@@ -149,7 +157,7 @@ def test_hicache_with_mooncake_l3_flags_and_env(tmp_path):
 
 
 def test_hicache_on_decode_is_async_offload():
-    hicache = HiCacheSpec(storage_backend="mooncake", mooncake=store())
+    hicache = HiCacheSpec(storage_backend="mooncake", mooncake_store=store())
     decode = server_command(spec(name="decode0", role="decode", bootstrap_port=None, hicache=hicache))
     assert "--disaggregation-decode-enable-offload-kvcache" in decode
     assert "--enable-hierarchical-cache" not in decode
@@ -177,13 +185,6 @@ def test_mooncake_store_env_parses_sizes_and_validates():
         mooncake_store_env("127.0.0.1:6000", protocol="udp")
     with pytest.raises(ValueError, match="size"):
         mooncake_store_env("127.0.0.1:6000", global_segment_size="lots")
-
-
-def test_mooncake_master_command_binds_loopback():
-    cmd = mooncake_master_command(MooncakeMasterSpec(rpc_port=50051, metrics_port=50052))
-    assert cmd == ["mooncake_master", "--rpc_address=127.0.0.1", "--rpc_port=50051", "--metrics_port=50052"]
-    with pytest.raises(ValueError, match="metrics_port and rpc_port"):
-        MooncakeMasterSpec(rpc_port=50051, metrics_port=50051)
 
 
 # ----------------------------------------------------------------------------- router
@@ -235,7 +236,7 @@ def test_router_regular_mode_and_validation():
     (dict(mem_fraction_static=1.5), "mem_fraction_static"),
     (dict(chunked_prefill_size=0), "chunked_prefill_size"),
     (dict(hicache=HiCacheSpec(storage_backend=None), radix_cache=False), "radix cache"),
-    (dict(transfer_protocol="tcp", hicache=HiCacheSpec(mooncake=MooncakeStoreSpec(master_addr="127.0.0.1:1"))),
+    (dict(transfer_protocol="tcp", hicache=HiCacheSpec(mooncake_store=MooncakeStoreSpec(master_addr="127.0.0.1:1"))),
      "one MOONCAKE_PROTOCOL"),
 ])
 def test_server_spec_validation_names_the_field(kw, match):
@@ -265,7 +266,7 @@ def test_hicache_spec_validation(kw, match):
     ("engine.hicache.protocol=udp", "engine.hicache.protocol"),
     ("engine.bootstrap_port_base=80", "engine.bootstrap_port_base"),
 ])
-def test_engine_config_errors_name_the_key(override, key):
+def test_engine_config_errors_name_the_key(cfg_for, override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         cfg_for([override])
 
@@ -273,7 +274,7 @@ def test_engine_config_errors_name_the_key(override, key):
 # ----------------------------------------------------------------------------- deployment plans
 
 
-def test_plan_2p1d_tp2_gets_disjoint_gpu_blocks():
+def test_plan_2p1d_tp2_gets_disjoint_gpu_blocks(cfg_for):
     cfg = cfg_for(["system.prefill_instances=2", "engine.tensor_parallel_size=2", "engine.ib_device=mlx5_0"])
     plan = build_specs(cfg, "/models/llama", port_alloc=ports())
     assert [(s.name, s.role) for s in plan.servers] == [("prefill0", "prefill"), ("prefill1", "prefill"),
@@ -295,7 +296,7 @@ def test_plan_2p1d_tp2_gets_disjoint_gpu_blocks():
     assert len(all_ports) == len(set(all_ports))
 
 
-def test_plan_maps_onto_visible_gpus_and_fixed_bootstrap_ports():
+def test_plan_maps_onto_visible_gpus_and_fixed_bootstrap_ports(cfg_for):
     cfg = cfg_for(["engine.bootstrap_port_base=9100", "system.prefill_instances=2"])
     plan = build_specs(cfg, "/m", gpus=["3", "5", "7"], port_alloc=ports())
     assert [s.gpu_ids for s in plan.servers] == [("3",), ("5",), ("7",)]
@@ -305,31 +306,50 @@ def test_plan_maps_onto_visible_gpus_and_fixed_bootstrap_ports():
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2, 6"}) == ["2", "6"]
 
 
-def test_plan_hicache_mooncake_starts_a_master_and_shares_it():
+def test_plan_hicache_mooncake_starts_a_master_and_shares_it(cfg_for):
     cfg = cfg_for(["system=mooncake", "engine.hicache.enabled=true", "engine.hicache.decode_offload=true",
                    "engine.hicache.global_segment_size=2gb", "engine.transfer_protocol=tcp"])
     plan = build_specs(cfg, "/m", port_alloc=ports())
     assert plan.master is not None
-    assert all(s.hicache is not None and s.hicache.mooncake is not None for s in plan.servers)
-    assert {s.hicache.mooncake.master_addr for s in plan.servers} == {plan.master.addr}
-    assert plan.servers[0].hicache.mooncake.protocol == "tcp"
-    assert plan.servers[0].hicache.mooncake.global_segment_size == 2 << 30
+    assert all(s.hicache is not None and s.hicache.mooncake_store is not None for s in plan.servers)
+    assert {s.hicache.mooncake_store.master_addr for s in plan.servers} == {plan.master.addr}
+    assert plan.servers[0].hicache.mooncake_store.protocol == "tcp"
+    assert plan.servers[0].hicache.mooncake_store.global_segment_size == 2 << 30
     assert "--disaggregation-decode-enable-offload-kvcache" in server_command(plan.servers[1])
     assert plan.router.policy == "cache_aware"  # system.router=conductor
     no_offload = build_specs(cfg_for(["system=mooncake", "engine.hicache.enabled=true"]), "/m", port_alloc=ports())
     assert no_offload.servers[0].hicache is not None and no_offload.servers[1].hicache is None
 
 
-def test_plan_refuses_hicache_without_prefix_caching_and_unsupported_systems():
+def test_plan_refuses_hicache_without_prefix_caching(cfg_for):
     with pytest.raises(DeploymentError, match="system.prefix_caching"):
         build_specs(cfg_for(["engine.hicache.enabled=true"]), "/m", port_alloc=ports())
-    with pytest.raises(DeploymentError, match="splitwise"):
-        build_specs(cfg_for(["system=splitwise"]), "/m", port_alloc=ports())
-    with pytest.raises(DeploymentError, match="decode_instances >= 1"):
-        build_specs(cfg_for(["system.decode_instances=0"]), "/m", port_alloc=ports())
 
 
-def test_plan_colocated_for_vllm_baseline():
+@pytest.mark.parametrize(("overrides", "match"), [
+    (["system=splitwise"], "engine=sglang: cannot run system=splitwise"),
+    (["system.decode_instances=0"], "system.decode_instances: system=distserve needs prefill_instances >= 1 and "
+                                    "decode_instances >= 1"),
+    (["system=vllm_baseline", "system.router=conductor"], "system.router=conductor"),
+])
+def test_unsupported_deployments_are_refused_while_validating(cfg_for, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        cfg_for(overrides)
+
+
+@pytest.mark.parametrize(("system", "router", "policy"), [
+    ("distserve", "load_balancing", "power_of_two"),  # refused before the routers had one home
+    ("distserve", "local_cache_aware", "cache_aware"),
+    ("mooncake", "global_cache_aware", "cache_aware"),
+    ("vllm_baseline", "least_outstanding", "power_of_two"),
+    ("vllm_baseline", "round_robin", "round_robin"),
+])
+def test_every_router_a_system_accepts_maps_to_an_sglang_router_policy(cfg_for, system, router, policy):
+    plan = build_specs(cfg_for([f"system={system}", f"system.router={router}"]), "/m", port_alloc=ports())
+    assert plan.router.policy == policy
+
+
+def test_plan_colocated_for_vllm_baseline(cfg_for):
     plan = build_specs(cfg_for(["system=vllm_baseline", "engine.router_policy=random"]), "/m", port_alloc=ports())
     assert [s.role for s in plan.servers] == ["colocated", "colocated"]
     assert plan.router.workers == tuple(s.url for s in plan.servers) and not plan.router.pd
@@ -340,24 +360,22 @@ def test_plan_colocated_for_vllm_baseline():
 # ----------------------------------------------------------------------------- refusing on this host
 
 
-def test_deployment_refuses_without_a_gpu(tmp_path, monkeypatch):
-    monkeypatch.setattr(sglang_pd, "resolve_device", lambda requested: "cpu")
+def test_deployment_refuses_without_a_gpu(cfg_for, tmp_path, monkeypatch):
+    monkeypatch.setattr(sglang_deployment, "resolve_device", lambda requested: "cpu")
     started = []
-    monkeypatch.setattr(sglang_pd.ManagedProcess, "start", lambda self, *a, **k: started.append(a))
-    deployment = SglangPDDeployment(cfg_for([]), RunFolder(tmp_path))
-    with pytest.raises(DeploymentError, match="needs an NVIDIA GPU"), deployment:
+    monkeypatch.setattr(sglang_deployment.ManagedProcess, "start", lambda self, *a, **k: started.append(a))
+    with pytest.raises(DeploymentError, match="needs an NVIDIA GPU"), deployment(cfg_for([]), tmp_path):
         pass
     assert started == []
 
 
-def test_deployment_refuses_without_sglang_and_names_the_pip_package(tmp_path, monkeypatch):
-    monkeypatch.setattr(sglang_pd, "resolve_device", lambda requested: "gpu")
-    monkeypatch.setattr(sglang_pd.importlib.util, "find_spec", lambda name: None)
+def test_deployment_refuses_without_sglang_and_names_the_pip_package(cfg_for, tmp_path, monkeypatch):
+    monkeypatch.setattr(sglang_deployment, "resolve_device", lambda requested: "gpu")
+    monkeypatch.setattr(sglang_deployment.importlib.util, "find_spec", lambda name: None)
     started = []
-    monkeypatch.setattr(sglang_pd.ManagedProcess, "start", lambda self, *a, **k: started.append(a))
-    deployment = SglangPDDeployment(cfg_for([]), RunFolder(tmp_path))
+    monkeypatch.setattr(sglang_deployment.ManagedProcess, "start", lambda self, *a, **k: started.append(a))
     with pytest.raises(DeploymentError, match=r"pip install sglang\b.*pip install sglang-router"):
-        deployment.__enter__()
+        deployment(cfg_for([]), tmp_path).__enter__()
     assert started == []
 
 
@@ -372,7 +390,7 @@ def test_missing_requirements_lists_what_the_plan_needs():
     assert "pip install nixl" in missing_requirements(True, "nixl", False, find_spec=lambda m: m if m in present else None)[0]
 
 
-@pytest.mark.skipif(sglang_pd.resolve_device("auto") == "gpu", reason="this host has a GPU")
-def test_this_gpu_less_host_is_refused_unpatched(tmp_path):
-    with pytest.raises(DeploymentError, match="NVIDIA GPU"), SglangPDDeployment(cfg_for([]), RunFolder(tmp_path)):
+@pytest.mark.skipif(sglang_deployment.resolve_device("auto") == "gpu", reason="this host has a GPU")
+def test_this_gpu_less_host_is_refused_unpatched(cfg_for, tmp_path):
+    with pytest.raises(DeploymentError, match="NVIDIA GPU"), deployment(cfg_for([]), tmp_path):
         pass

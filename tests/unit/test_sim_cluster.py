@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from harness.config import HardwareConfig
 from harness.records import RequestSpec, RequestStatus
+from systems.config import HardwareConfig
 from systems.policies import build_policy
 from systems.policies.pd import PDScheduler
 from systems.sim.cluster import Cluster, ClusterSetup, KVPoolSetup, PoolSetup

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from harness.config import ModelConfig
-from systems.sim.hardware_catalog import CONF_DIR, load_hardware
+from systems.config import ModelConfig
+from systems.hardware_catalog import CONF_DIR, load_hardware
 from systems.sim.perf.base import InstanceShape
 from systems.sim.perf.distserve_fit import DistServeFitModel
 from systems.sim.perf.profiles import DISTSERVE_JSON, ProfileNotFoundError, find_profile

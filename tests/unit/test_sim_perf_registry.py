@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from harness.config import ModelConfig
-from systems.sim.hardware_catalog import CONF_DIR, load_hardware
+from systems.config import ModelConfig
+from systems.hardware_catalog import CONF_DIR, load_hardware
 from systems.sim.perf import profiles
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.profiles import SPLITWISE_CSV, ProfileNotFoundError, find_profile, search_dirs

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from harness.config import ModelConfig
-from systems.sim.hardware_catalog import CONF_DIR, load_hardware
+from systems.config import ModelConfig
+from systems.hardware_catalog import CONF_DIR, load_hardware
 from systems.sim.perf.base import InstanceShape
 from systems.sim.perf.roofline import RooflineModel, kv_capacity_tokens_for, weight_bytes
 
@@ -113,11 +112,9 @@ def test_mixed_step_reads_weights_once():
     assert max(pre, dec) <= mixed < pre + dec
 
 
-def test_scalar_decode_is_cheap():
+def test_scalar_decode_equals_the_vectorised_one():
+    # its speed target (under 20 us per call) is a benchmark: tests/bench/test_speed_targets.py
     roof = RooflineModel(load_model("llama3_8b"), load_hardware("a100_80gb"), InstanceShape("a100_80gb", 1))
-    n = 20000
-    start = time.perf_counter()
-    for i in range(n):
-        roof.decode_step_time_s(8, 4000.0 + i)
-    per_call = (time.perf_counter() - start) / n
-    assert per_call < 20e-6  # ~1 us on a desktop core; generous for slow CI hosts
+    ctx = np.array([4000.0 + i for i in range(50)])
+    vector = np.asarray(roof.decode_step_time_s(np.full(50, 8.0), ctx), dtype=float)
+    assert [roof.decode_step_time_s(8, float(c)) for c in ctx] == pytest.approx(vector.tolist(), rel=1e-12)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from harness.config import ModelConfig
-from systems.sim.hardware_catalog import CONF_DIR, load_hardware
+from systems.config import ModelConfig
+from systems.hardware_catalog import CONF_DIR, load_hardware
 from systems.sim.perf.base import InstanceShape
 from systems.sim.perf.profiles import SPLITWISE_CSV, ProfileNotFoundError, find_profile
 from systems.sim.perf.splitwise_profile import SplitwiseProfileModel

@@ -1,4 +1,5 @@
-"""DistServe's placement search (systems/sim/placement.py) and its study job, on cases with a known answer."""
+"""DistServe's placement search (harness/studies/placement_algorithm.py) and its study job, on cases with a
+known answer (its rate search is tested in test_capacity.py)."""
 
 from __future__ import annotations
 
@@ -9,75 +10,34 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.config import ConfigError, HardwareConfig
+from harness.capacity import RateSearch
+from harness.errors import ConfigError
 from harness.metrics import summarize
 from harness.records import RequestSpec
 from harness.results import RunFolder
 from harness.slo import SLOConfig
-from systems.policies.pd import PDScheduler
-from systems.sim.cluster import ClusterSetup, PoolSetup
-from systems.sim.links import LinkSpec
-from systems.sim.perf.base import InstanceShape, PerfModel
-from systems.sim.placement import (
+from harness.studies.placement_algorithm import (
     Parallelism,
     PhaseResult,
     PlacementSimulator,
-    RateSearch,
     SearchSettings,
     attainment,
     balance_replicas,
     enumerate_parallelism,
-    max_rate_bisect,
     replicate_to_rate,
     search_placement,
 )
+from systems.config import HardwareConfig
+from systems.policies.pd import PDScheduler
+from systems.sim.cluster import ClusterSetup, PoolSetup
+from systems.sim.links import LinkSpec
+from systems.sim.perf.base import InstanceShape, PerfModel
 
 HW = HardwareConfig(name="test", peak_tflops_bf16=1.0, mem_bandwidth_gbps=1.0, mem_gib=1.0, devices_per_node=4)
 LINK = LinkSpec("test", bandwidth_gbps=100.0, latency_s=0.0, efficiency=1.0)
 TTFT_S, TPOT_S = 0.2, 0.05
 
 
-# -- the rate search --------------------------------------------------------------------------------
-def smooth(threshold: float):
-    """A decreasing attainment that crosses 0.9 exactly at ``threshold``."""
-    scale = threshold / (1 / 0.9 - 1) ** 0.25
-    return lambda r: 1.0 / (1.0 + (r / scale) ** 4)
-
-
-@pytest.mark.parametrize("start", [0.01, 1.0, 3.7, 50.0, 5000.0])
-def test_bisection_brackets_the_threshold_of_a_monotone_function(start: float) -> None:
-    threshold = 3.7
-    f = smooth(threshold)
-    res = max_rate_bisect(f, 0.9, start, rel_tol=0.01, max_steps=12)
-    assert res.rate_rps <= threshold <= res.upper_rps
-    assert res.upper_rps / res.rate_rps <= 1.01
-    assert f(res.rate_rps) >= 0.9 and res.attainment == pytest.approx(f(res.rate_rps))
-    assert dict(res.evaluations)[res.rate_rps] >= 0.9  # the answer is a rate that was run and passed
-
-
-def test_bisection_on_a_step_function_stops_within_max_steps() -> None:
-    calls: list[float] = []
-
-    def step(r: float) -> float:
-        calls.append(r)
-        return 1.0 if r <= 2.0 else 0.0
-
-    res = max_rate_bisect(step, 0.9, 1.5, growth=2.0, rel_tol=1e-6, max_steps=8)
-    assert res.rate_rps <= 2.0 < res.upper_rps
-    assert len(calls) == res.n_evals == len(set(calls))  # every rate simulated once
-    assert res.n_evals <= 2 + 8  # bracket (start, one doubling) + at most max_steps bisections
-
-
-def test_bisection_edges_never_passing_and_always_passing() -> None:
-    never = max_rate_bisect(lambda r: 0.5, 0.9, 1.0, min_rate_rps=0.1)
-    assert never.rate_rps == 0.0 and math.isnan(never.attainment)
-    always = max_rate_bisect(lambda r: 1.0, 0.9, 1.0, max_rate_rps=10.0)
-    assert always.rate_rps == 10.0 and math.isinf(always.upper_rps)
-    with pytest.raises(ValueError, match="growth"):
-        max_rate_bisect(lambda r: 1.0, 0.9, 1.0, growth=1.0)
-
-
-# -- enumeration ------------------------------------------------------------------------------------
 def test_enumeration_respects_the_gpu_budget_and_the_unsupported_layouts() -> None:
     usable, skipped = enumerate_parallelism(4, 1, lambda p: "tp=3 unsupported" if p.tp == 3 else None)
     assert {(p.tp, p.pp) for p in usable} == {(1, 1), (1, 2), (1, 3), (1, 4), (2, 1), (2, 2), (4, 1)}
@@ -192,7 +152,7 @@ def test_search_picks_the_layouts_with_the_highest_goodput_per_gpu() -> None:
         assert best.per_gpu_rate == max(c.per_gpu_rate for c in result.candidates if c.phase == phase)
     # every candidate's rate met the target and the next rate up did not
     for c in result.candidates:
-        assert c.search.attainment >= 0.9 and c.search.upper_rps / c.max_rate_rps <= 1.011
+        assert c.attainment >= 0.9 and c.search.upper_rps / c.max_rate_rps <= 1.011
     # the chosen plan is the best balanced pair within 4 GPUs (brute force over every pair and count)
     plan = result.plan
     assert plan is not None and plan.n_gpus <= 4
@@ -261,7 +221,7 @@ def test_specs_at_rate_scales_the_unit_rate_arrivals() -> None:
 
 # -- replica planning -------------------------------------------------------------------------------
 def phase(name: str, tp: int, rate: float) -> PhaseResult:
-    return PhaseResult(name, Parallelism(tp, 1), RateSearch(rate, 0.95, rate * 1.01, ((rate, 0.95),)))
+    return PhaseResult(name, Parallelism(tp, 1), RateSearch(rate, rate * 1.01, 0.95, [(rate, True, 0.95)]))
 
 
 def test_balance_replicas_within_the_budget() -> None:

@@ -1,41 +1,39 @@
 """Splitwise provisioning study: machine cost/power from the hardware YAMLs, budget enumeration,
-the rate bisection, slowdowns against the uncontended run, the choice of the best candidate, and a
-tiny end-to-end run."""
+slowdowns against the uncontended run, the choice of the best candidate, and a tiny end-to-end run
+(its rate search is tested in test_capacity.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from harness.config import ConfigError
+from harness.errors import ConfigError
 from harness.metrics import request_frame
 from harness.results import RunFolder
-from harness.studies.simulate import SimCluster, load_requests, point_workload, simulate
-from harness.studies.splitwise_provisioning import (
-    FAILED_SLOWDOWN,
+from harness.studies.simulate import load_requests, point_workload, simulate
+from harness.studies.splitwise_provisioning import run_splitwise_provisioning
+from harness.studies.splitwise_provisioning.machines import (
     Candidate,
     Design,
     MachineType,
-    ProvisioningParams,
-    at_rate,
-    bisect_max_rate,
     candidate_config,
-    choose,
     design_from_config,
     enumerate_candidates,
     machine_type,
+)
+from harness.studies.splitwise_provisioning.params import FAILED_SLOWDOWN, ProvisioningParams
+from harness.studies.splitwise_provisioning.slowdown import (
     meets_slowdowns,
     reference_model,
-    run_splitwise_provisioning,
     slowdown_percentiles,
-    unit_rate_requests,
 )
+from harness.studies.splitwise_provisioning.study import at_rate, choose, unit_rate_requests
 from harness.studies.variants import compose_variant
-from systems.sim.hardware_catalog import load_hardware
+from systems.hardware_catalog import load_hardware
+from systems.sim.simulation import SimulatedCluster
 
 PRESET = "experiment=splitwise_provisioning"
 HW = ("a100_80gb", "h100_80gb", "h100_80gb_pcap")
@@ -138,33 +136,6 @@ def test_candidate_config_equals_composing_the_overrides():
     assert cand.split() == "3P/2T" and Candidate({"colocated": 7}).split() == "7P/T"
 
 
-# --- bisection -------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("threshold", [0.03, 0.7, 3.7, 41.0])
-@pytest.mark.parametrize("guess", [0.5, 4.0, 100.0])
-def test_bisection_finds_the_threshold_of_a_monotone_predicate(threshold, guess):
-    calls = []
-
-    def evaluate(rate):
-        calls.append(rate)
-        return rate <= threshold, rate
-
-    result = bisect_max_rate(evaluate, guess, steps=10, max_expand=12)
-    assert result.rate <= threshold < result.upper
-    bracket = max(threshold, guess) * 2 - min(threshold, guess) / 2
-    assert result.upper - result.rate <= bracket / 2**10 + 1e-12
-    assert result.best == result.rate
-    assert len(result.probes) == len(calls) <= 1 + 12 + 10
-
-
-def test_bisection_without_a_bracket():
-    none = bisect_max_rate(lambda r: (False, None), 1.0, steps=3, max_expand=4)
-    assert none.rate == 0.0 and none.best is None and none.upper == pytest.approx(1.0 / 16)
-    every = bisect_max_rate(lambda r: (True, None), 1.0, steps=3, max_expand=4)
-    assert every.rate == 16.0 and math.isinf(every.upper) and len(every.probes) == 5
-
-
 # --- requests at a rate, slowdowns -----------------------------------------------------------------
 
 
@@ -206,7 +177,7 @@ def test_uncontended_run_on_the_reference_machine_has_slowdown_one():
                            "engine.sample_interval_s=1e9"])
     params = ProvisioningParams.from_mapping({})
     requests = at_rate(unit_rate_requests(cfg, 30), 1e-5)  # ~10^5 s apart: every request runs alone
-    point = simulate(SimCluster(cfg), requests)
+    point = simulate(SimulatedCluster(cfg), requests)
     values = slowdown_percentiles(request_frame(point.records), reference_model(cfg, params), params.quantiles)
     for key, value in values.items():
         assert value == pytest.approx(1.0, abs=1e-3), key

@@ -2,29 +2,40 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import sys
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from harness.config import register_configs, validate
-from harness.engines import DeploymentError
+from harness.errors import ConfigError
 from harness.results import RunFolder
+from systems.contract import DeploymentError
+from systems.deployments.vllm_baseline import VllmBaselineDeployment
+from systems.launch.model_path import resolve_model_path
 from systems.launch.vllm_server import server_command, server_env
-from systems.vllm_baseline import VllmBaselineDeployment, resolve_model_path, router_command
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from systems.router.commands import colocated_router_command, disaggregated_router_command
 
 
-def cfg_for(overrides: list[str]):
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return validate(compose(config_name="config", overrides=["experiment=vllm_baseline_cpu", *overrides]))
+class NoLoad:
+    """A load driver for deployments that are built but never serve."""
+
+    def run(self, requests, target):
+        raise AssertionError("not expected to send load")
+
+    def warm_up(self, base_url, n, who):
+        raise AssertionError("not expected to warm up")
 
 
-def test_cpu_instances_are_pinned_one_per_core_and_niced(tmp_path):
-    deployment = VllmBaselineDeployment(cfg_for([]), RunFolder(tmp_path))
-    specs = deployment._server_specs(tmp_path)
+@pytest.fixture
+def cfg_for(compose):
+    return lambda overrides: compose(["experiment=vllm_baseline_cpu", *overrides])
+
+
+def deployment(cfg, folder) -> VllmBaselineDeployment:
+    return VllmBaselineDeployment(cfg, RunFolder(folder), NoLoad())
+
+
+def test_cpu_instances_are_pinned_one_per_core_and_niced(cfg_for, tmp_path):
+    specs = deployment(cfg_for([]), tmp_path)._server_specs(tmp_path)
     assert [s.cpu_omp_threads_bind for s in specs] == ["0", "1"]
     assert all(s.device == "cpu" and s.nice == 10 and s.enable_prefix_caching for s in specs)
     cmd = server_command(specs[0])
@@ -34,30 +45,46 @@ def test_cpu_instances_are_pinned_one_per_core_and_niced(tmp_path):
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0" and env["VLLM_TARGET_DEVICE"] == "cpu"
 
 
-def test_gpu_instances_get_disjoint_devices(tmp_path):
+def test_gpu_instances_get_disjoint_devices(cfg_for, tmp_path):
     cfg = cfg_for(["engine.device=gpu", "engine.tensor_parallel_size=2", "system.colocated_instances=3"])
-    specs = VllmBaselineDeployment(cfg, RunFolder(tmp_path))._server_specs(tmp_path)
+    specs = deployment(cfg, tmp_path)._server_specs(tmp_path)
     assert [s.extra_env["CUDA_VISIBLE_DEVICES"] for s in specs] == ["0,1", "2,3", "4,5"]
     assert all(s.nice == 0 and s.cpu_omp_threads_bind is None for s in specs)
     cmd = server_command(specs[0])
     assert cmd[cmd.index("--tensor-parallel-size") + 1] == "2" and "--gpu-memory-utilization" in cmd
 
 
-def test_router_command_names_every_backend():
-    cmd = router_command(9000, "cache_aware", 128, 7, {"vllm0": "http://127.0.0.1:1", "vllm1": "http://127.0.0.1:2"})
+@pytest.mark.parametrize(("router", "policy"), [("least_loaded", "least_outstanding"),
+                                                ("load_balancing", "least_outstanding"),
+                                                ("local_cache_aware", "cache_aware"), ("random", "random")])
+def test_the_router_runs_the_canonical_policy(cfg_for, tmp_path, router, policy):
+    assert deployment(cfg_for([f"system.router={router}"]), tmp_path).policy == policy
+
+
+def test_router_commands_share_one_entry_point(tmp_path):
+    cmd = colocated_router_command(9000, "cache_aware", 128, 7, {"vllm0": "http://127.0.0.1:1",
+                                                                 "vllm1": "http://127.0.0.1:2"})
+    assert cmd[:4] == [sys.executable, "-m", "systems.router", "colocated"]
     assert cmd[cmd.index("--policy") + 1] == "cache_aware" and "--seed" not in cmd
     assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--backend"] == ["vllm0=http://127.0.0.1:1",
                                                                          "vllm1=http://127.0.0.1:2"]
-    assert "--seed" in router_command(9000, "random", 128, 7, {"a": "http://127.0.0.1:1"})
+    assert "--seed" in colocated_router_command(9000, "random", 128, 7, {"a": "http://127.0.0.1:1"})
+    pd_cmd = disaggregated_router_command(tmp_path / "router.json", 9001, tmp_path / "stats.json")
+    assert pd_cmd[:4] == [sys.executable, "-m", "systems.router", "disaggregated"]
+    assert pd_cmd[pd_cmd.index("--config") + 1] == str(tmp_path / "router.json")
 
 
-def test_disaggregated_instances_are_rejected(tmp_path):
-    cfg = cfg_for(["system.prefill_instances=1"])
-    with pytest.raises(DeploymentError, match="colocated_instances"):
-        VllmBaselineDeployment(cfg, RunFolder(tmp_path))
+@pytest.mark.parametrize(("overrides", "match"), [
+    (["system.prefill_instances=1"], "system.prefill_instances: must be 0 for system=vllm_baseline"),
+    (["system.colocated_instances=0"], "system.colocated_instances: system=vllm_baseline needs colocated_instances >= 1"),
+    (["system.router=conductor"], "system.router=conductor: not for system=vllm_baseline"),
+])
+def test_impossible_baselines_are_refused_while_validating(cfg_for, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        cfg_for(overrides)
 
 
-def test_real_model_needs_a_local_checkpoint(tmp_path):
+def test_real_model_needs_a_local_checkpoint(cfg_for, tmp_path):
     cfg = cfg_for(["model=llama3_8b"])
     with pytest.raises(DeploymentError, match="model.path"):
         resolve_model_path(cfg.model)

@@ -28,7 +28,7 @@ from typing import Optional
 
 import numpy as np
 
-from harness.config import HardwareConfig, ModelConfig
+from systems.config import HardwareConfig, ModelConfig
 from systems.sim.perf.base import ArrayLike, InstanceShape, PerfModel
 from systems.sim.perf.profiles import (
     DISTSERVE_JSON,

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Optional
 
+from harness.errors import UserError
 from workloads.datadir import dedupe_paths, first_file
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ UPSTREAM_SOURCES: MappingProxyType[str, str] = MappingProxyType({
 })
 
 
-class ProfileNotFoundError(FileNotFoundError):
+class ProfileNotFoundError(UserError, FileNotFoundError):
     """A profile file is in none of the searched directories; the message lists them and the upstream source."""
 
     def __str__(self) -> str:  # FileNotFoundError would otherwise format (errno, strerror)

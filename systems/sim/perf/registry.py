@@ -10,7 +10,7 @@ import inspect
 import os
 from typing import Any, Optional
 
-from harness.config import HardwareConfig, ModelConfig
+from systems.config import HardwareConfig, ModelConfig
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.distserve_fit import DistServeFitModel
 from systems.sim.perf.roofline import RooflineModel

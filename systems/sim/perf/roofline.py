@@ -34,7 +34,7 @@ from typing import Optional
 
 import numpy as np
 
-from harness.config import HardwareConfig, ModelConfig
+from systems.config import HardwareConfig, ModelConfig
 from systems.sim.perf.base import ArrayLike, InstanceShape, PerfModel
 
 logger = logging.getLogger(__name__)

@@ -41,7 +41,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from harness.config import HardwareConfig, ModelConfig
+from systems.config import HardwareConfig, ModelConfig
 from systems.sim.perf.base import ArrayLike, InstanceShape, PerfModel
 from systems.sim.perf.profiles import SPLITWISE_CSV, find_profile
 from systems.sim.perf.roofline import check_shape, kv_capacity_tokens_for

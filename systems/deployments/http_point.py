@@ -1,5 +1,6 @@
-"""One measured point against an OpenAI-compatible URL: prompts, a ``/metrics`` scrape before and
-after, the load generator in between. Shared by every real-process deployment."""
+"""One measured point against an OpenAI-compatible URL: a ``/metrics`` scrape before and after, the
+harness's load driver in between, and vLLM's prefix-cache counters of the point. Shared by every HTTP
+deployment."""
 
 from __future__ import annotations
 
@@ -8,9 +9,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from harness.engines import EngineResult
-from harness.loadgen import LoadGenOptions, TargetConfig, run_load
-from harness.prompts import build_prompts
+from systems.contract import EngineResult, LoadDriver, TargetConfig
 from systems.launch.processes import http_get
 from systems.launch.prometheus import VllmCacheMetrics, delta
 from workloads.base import WorkloadRequests
@@ -70,14 +69,11 @@ def cache_info(before: Mapping[str, Optional[VllmCacheMetrics]],
     return info
 
 
-def run_http_point(requests: WorkloadRequests, model_cfg: Any, seed: int, target: TargetConfig,
-                   load_cfg: Any, metrics_urls: Mapping[str, str], n_gpus: int) -> EngineResult:
+def run_http_point(driver: LoadDriver, requests: WorkloadRequests, target: TargetConfig,
+                   metrics_urls: Mapping[str, str], n_gpus: int) -> EngineResult:
     """Replay ``requests`` against ``target`` and return its records with the engines' cache counters."""
-    prompts = build_prompts(requests.specs, model_cfg, seed=seed)
-    options = LoadGenOptions(max_outstanding=load_cfg.max_outstanding, progress=load_cfg.progress,
-                             n_processes=load_cfg.processes, drain_timeout_s=load_cfg.request_timeout_s)
     before = scrape_all(metrics_urls)
-    result = run_load(requests.specs, requests.schedule, prompts, target, options)
+    result = driver.run(requests, target)
     after = scrape_all(metrics_urls)
     info = {**cache_info(before, after), **{f"loadgen_{k}": v for k, v in result.info.items()
                                             if isinstance(v, int | float | str | bool)}}

@@ -9,10 +9,16 @@ import logging
 import os
 from typing import Any
 
-from harness.engines import DeploymentError, EngineResult
-from harness.loadgen import TargetConfig
-from harness.results import RunFolder
-from systems.http_point import run_http_point, scrape
+from systems.contract import (
+    DeploymentConfig,
+    DeploymentError,
+    EngineResult,
+    JobFolder,
+    LoadDriver,
+    TargetConfig,
+)
+from systems.deployments.http_point import run_http_point, scrape
+from systems.engine_config import EndpointEngineConfig
 from systems.launch.processes import http_get
 from workloads.base import WorkloadRequests
 
@@ -22,9 +28,10 @@ log = logging.getLogger(__name__)
 class EndpointDeployment:
     """A service the suite does not own: checked at start, never started or stopped."""
 
-    def __init__(self, cfg: Any, folder: RunFolder) -> None:
+    def __init__(self, cfg: DeploymentConfig, folder: JobFolder, driver: LoadDriver) -> None:
         self.cfg = cfg
-        self.engine = cfg.engine
+        self.engine: EndpointEngineConfig = cfg.engine
+        self.driver = driver
         self.base_url = self.engine.url.rstrip("/")
         self.metrics_url = self.engine.metrics_url or f"{self.base_url}/metrics"
         self.kv_block_size = int(self.engine.kv_block_size)
@@ -59,12 +66,11 @@ class EndpointDeployment:
     def __exit__(self, *exc: object) -> bool:
         return False
 
-    def run_point(self, requests: WorkloadRequests, folder: RunFolder) -> EngineResult:
+    def run_point(self, requests: WorkloadRequests, folder: JobFolder) -> EngineResult:
         target = TargetConfig(base_url=self.base_url, model=str(self.model), api_key=self.api_key,
                               request_timeout_s=self.engine.load.request_timeout_s)
         metrics = {"endpoint": self.metrics_url} if self.metrics_reachable else {}
-        return run_http_point(requests, self.cfg.model, self.cfg.seed, target, self.engine.load, metrics,
-                              n_gpus=int(self.engine.n_gpus))
+        return run_http_point(self.driver, requests, target, metrics, n_gpus=int(self.engine.n_gpus))
 
     def check_health(self) -> None:
         self._models()

@@ -1,21 +1,22 @@
-"""The hardware catalog: ``conf/hardware/<name>.yaml`` (the Hydra group) read into ``HardwareConfig``.
+"""The hardware catalog: ``conf/hardware/<name>.yaml`` (the Hydra group) read into ``HardwareConfig``,
+and what a number of devices of one type cost per hour and draw in power.
 
 The simulator needs hardware by name (an ``InstanceShape`` names its GPU type, and a Splitwise
-deployment mixes two types), so it reads the same YAML files Hydra composes, validated by the same
+deployment mixes two types), real deployments price each role by its hardware, and the Splitwise
+provisioning study prices machines; all read the same YAML files Hydra composes, validated by the same
 schema. Unknown names raise ``ValueError`` listing the known ones.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from harness.config import HardwareConfig
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from systems.config import CONF_DIR, HardwareConfig
 
 
 def _hardware_dir(conf_dir: Optional[Path]) -> Path:
@@ -49,3 +50,19 @@ def load_hardware(name: str, conf_dir: Optional[Path] = None) -> HardwareConfig:
     if hw.name != name:
         raise ValueError(f"{path}: hardware.name: expected {name!r} (the file name), got {hw.name!r}")
     return hw
+
+
+@dataclass(frozen=True)
+class DeviceCost:
+    """Price and power of some devices of one hardware type; None when its YAML gives no figure."""
+
+    usd_per_hour: Optional[float]
+    watts: Optional[float]
+
+
+def device_cost(name: str, devices: int = 1, conf_dir: Optional[Path] = None) -> DeviceCost:
+    """``devices`` x the price per hour and the power of ``conf/hardware/<name>.yaml``."""
+    hw = load_hardware(name, conf_dir)
+    price = None if hw.price_per_hour_usd is None else devices * float(hw.price_per_hour_usd)
+    watts = None if hw.power_w is None else devices * float(hw.power_w)
+    return DeviceCost(price, watts)

@@ -33,21 +33,26 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
-from harness.engines import DeploymentError, EngineResult
-from harness.loadgen import TargetConfig
-from harness.results import RunFolder
-from systems.http_point import run_http_point
+from systems.contract import (
+    DeploymentConfig,
+    DeploymentError,
+    EngineResult,
+    JobFolder,
+    LoadDriver,
+    TargetConfig,
+)
+from systems.deployments.http_point import run_http_point
+from systems.engine_config import SglangEngineConfig
 from systems.launch.lifecycle import ProcessDeployment
+from systems.launch.model_path import resolve_device, resolve_model_path
+from systems.launch.mooncake_store import MOONCAKE_MASTER_BINARY, MooncakeMasterSpec, mooncake_master_command
 from systems.launch.ports import ensure_port_free, free_port
 from systems.launch.processes import ManagedProcess, http_get, wait_http_ready
 from systems.launch.sglang_commands import (
-    MOONCAKE_MASTER_BINARY,
     HiCacheSpec,
-    MooncakeMasterSpec,
     MooncakeStoreSpec,
     SglangRouterSpec,
     SglangServerSpec,
-    mooncake_master_command,
     parse_size_bytes,
     router_spec_command,
     server_command,
@@ -55,22 +60,11 @@ from systems.launch.sglang_commands import (
     server_env,
     server_tmp_dir,
 )
-from systems.vllm_baseline import resolve_device, resolve_model_path, send_warmup
+from systems.topology import SGLANG_APPROXIMATIONS, canonical_router, engine_router, topology_of
 from workloads.base import WorkloadRequests
 
 log = logging.getLogger(__name__)
 
-PD_SYSTEMS = ("distserve", "mooncake")
-COLOCATED_SYSTEMS = ("vllm_baseline",)
-# The suite's routing policies (system.router) and the closest sglang_router policy.
-ROUTER_POLICY_FOR_SYSTEM = {
-    "round_robin": "round_robin",
-    "random": "random",
-    "cache_aware": "cache_aware",
-    "least_loaded": "power_of_two",  # approximation: the lighter of two sampled workers
-    "least_outstanding": "power_of_two",  # approximation, as above
-    "conductor": "cache_aware",  # approximation: prefix locality + load balance, not Mooncake's Conductor
-}
 # What to install when an import or a binary is missing.
 PIP_HINTS = {
     "sglang": "pip install sglang",
@@ -128,46 +122,28 @@ def missing_requirements(pd: bool, transfer_backend: str, mooncake_store: bool,
     return missing
 
 
-def router_policy_for(cfg: Any) -> str:
-    """``engine.router_policy``, or the sglang_router policy closest to ``system.router``."""
+def router_policy_for(cfg: DeploymentConfig) -> str:
+    """``engine.router_policy``, or the sglang_router policy ``system.router`` maps to (systems/topology.py)."""
     if cfg.engine.router_policy:
         return str(cfg.engine.router_policy)
-    suite = str(cfg.system.router)
-    if suite not in ROUTER_POLICY_FOR_SYSTEM:
-        raise DeploymentError(f"system.router={suite}: sglang_router has no such policy; set "
-                              f"engine.router_policy to one of random, round_robin, cache_aware, power_of_two")
-    policy = ROUTER_POLICY_FOR_SYSTEM[suite]
-    if policy != suite:
-        log.warning("system.router=%s runs as sglang_router policy %s (closest match; set engine.router_policy "
-                    "to choose another)", suite, policy)
+    policy = engine_router(cfg.system.name, "sglang", cfg.system.router)
+    canonical = canonical_router(cfg.system.name, cfg.system.router)
+    if canonical in SGLANG_APPROXIMATIONS:
+        log.warning("system.router=%s runs as sglang_router policy %s: %s (set engine.router_policy to choose "
+                    "another)", cfg.system.router, policy, SGLANG_APPROXIMATIONS[canonical])
     return policy
 
 
-def _roles(cfg: Any) -> list[str]:
-    """Role of every server, in launch order (prefill servers, then decode servers)."""
+def _roles(cfg: DeploymentConfig) -> list[str]:
+    """Role of every server, in launch order (prefill servers, then decode servers). Which systems
+    engine=sglang runs, with how many instances, was checked with the config (systems/topology.py)."""
     system = cfg.system
-    if system.mixed_instances:
-        raise DeploymentError(f"system.mixed_instances={system.mixed_instances}: engine=sglang has no mixed pool")
-    if system.name in PD_SYSTEMS:
-        if system.colocated_instances or system.prefill_instances < 1 or system.decode_instances < 1:
-            raise DeploymentError(
-                f"system={system.name} engine=sglang: needs prefill_instances >= 1, decode_instances >= 1 and no "
-                f"colocated_instances, got prefill={system.prefill_instances} decode={system.decode_instances} "
-                f"colocated={system.colocated_instances}")
+    if topology_of(system.name).disaggregated:
         return ["prefill"] * system.prefill_instances + ["decode"] * system.decode_instances
-    if system.name in COLOCATED_SYSTEMS:
-        if system.prefill_instances or system.decode_instances or system.colocated_instances < 1:
-            raise DeploymentError(
-                f"system={system.name} engine=sglang: needs colocated_instances >= 1 and no prefill/decode instances, "
-                f"got colocated={system.colocated_instances} prefill={system.prefill_instances} "
-                f"decode={system.decode_instances}")
-        return ["colocated"] * system.colocated_instances
-    raise DeploymentError(f"system={system.name} engine=sglang: not supported; engine=sglang runs "
-                          f"{', '.join(PD_SYSTEMS + COLOCATED_SYSTEMS)} (splitwise needs heterogeneous prompt/token "
-                          "machines and a mixed pool: use engine=sim)")
+    return ["colocated"] * system.colocated_instances
 
 
-def build_specs(cfg: Any, model_path: Path | str, gpus: Optional[Sequence[str]] = None,
+def build_specs(cfg: DeploymentConfig, model_path: Path | str, gpus: Optional[Sequence[str]] = None,
                 port_alloc: Callable[[], int] = free_port) -> SglangPlan:
     """What ``SglangPDDeployment`` would launch for ``cfg``, computed without starting anything.
 
@@ -196,14 +172,14 @@ def build_specs(cfg: Any, model_path: Path | str, gpus: Optional[Sequence[str]] 
     if hc.enabled:
         store: Optional[MooncakeStoreSpec] = None
         if hc.storage_backend == "mooncake":
-            master = MooncakeMasterSpec(rpc_port=port_alloc(), metrics_port=port_alloc())
+            master = MooncakeMasterSpec(rpc_port=port_alloc(), metrics_port=port_alloc(), binary=MOONCAKE_MASTER_BINARY)
             store = MooncakeStoreSpec(master_addr=master.addr, global_segment_size=parse_size_bytes(hc.global_segment_size),
                                       protocol=hc.protocol or engine.transfer_protocol,
                                       device=hc.device or engine.ib_device or "",
                                       master_metrics_port=master.metrics_port)
         hicache = HiCacheSpec(ratio=float(hc.ratio), storage_backend=hc.storage_backend, write_policy=hc.write_policy,
                               mem_layout=hc.mem_layout, io_backend=hc.io_backend, prefetch_policy=hc.prefetch_policy,
-                              mooncake=store)
+                              mooncake_store=store)
     context = int(engine.context_length or cfg.model.max_model_len)
     servers: list[SglangServerSpec] = []
     counters = {"prefill": 0, "decode": 0, "colocated": 0}
@@ -276,15 +252,16 @@ class SglangServer:
         return code
 
 
-class SglangPDDeployment(ProcessDeployment):
+class SglangDeployment(ProcessDeployment):
     """SGLang prefill/decode (or colocated) servers, the router and, for HiCache on Mooncake Store, the
     Mooncake master, as one context manager."""
 
-    def __init__(self, cfg: Any, folder: RunFolder) -> None:
+    def __init__(self, cfg: DeploymentConfig, folder: JobFolder, driver: LoadDriver) -> None:
         self.cfg = cfg
-        self.engine = cfg.engine
+        self.engine: SglangEngineConfig = cfg.engine
         self.folder = folder
-        self.roles = _roles(cfg)  # fails early on a system engine=sglang cannot run
+        self.driver = driver
+        self.roles = _roles(cfg)
         self.context_limit: int | None = int(self.engine.context_length or cfg.model.max_model_len)
         self.kv_block_size = int(self.engine.kv_block_size or self.engine.page_size)
         self.plan: Optional[SglangPlan] = None
@@ -311,7 +288,7 @@ class SglangPDDeployment(ProcessDeployment):
 
     def _start_master(self, spec: MooncakeMasterSpec, run_dir: Path) -> None:
         ensure_port_free(spec.rpc_port)
-        self.master = ManagedProcess("mooncake_master")
+        self.master = self.watch("mooncake_master", ManagedProcess("mooncake_master"))
         self._stack.callback(self.master.stop)
         folder = run_dir / "mooncake_master"
         folder.mkdir(parents=True, exist_ok=True)
@@ -328,6 +305,7 @@ class SglangPDDeployment(ProcessDeployment):
         for spec in specs:
             server = SglangServer(spec, run_dir)
             self.servers.append(server)
+            self.watch(spec.name, server.process)
             self._stack.callback(server.stop)
             server.start()
         deadline = time.monotonic() + float(self.engine.startup_timeout_s)
@@ -336,7 +314,7 @@ class SglangPDDeployment(ProcessDeployment):
 
     def _start_router(self, spec: SglangRouterSpec, run_dir: Path) -> None:
         ensure_port_free(spec.port)
-        self.router = ManagedProcess("router")
+        self.router = self.watch("router", ManagedProcess("router"))
         self._stack.callback(self.router.stop)
         self.router.start(router_spec_command(spec), log_path=run_dir / "router.log", cwd=run_dir)
         self.router_url = spec.url
@@ -361,7 +339,7 @@ class SglangPDDeployment(ProcessDeployment):
 
     def _warm_up_and_reset(self) -> None:
         n = self.engine.load.warmup_requests * sum(r != "decode" for r in self.roles)
-        send_warmup(self.router_url, n, self.cfg.model, self.cfg.seed, "router")
+        self.driver.warm_up(self.router_url, n, "router")
         if self.engine.reset_prefix_cache and self.cfg.system.prefix_caching:
             for server in self.servers:
                 for _ in range(FLUSH_ATTEMPTS):  # decode servers may still be releasing the last transfer
@@ -372,24 +350,14 @@ class SglangPDDeployment(ProcessDeployment):
                     raise DeploymentError(f"{server.spec.name}: /flush_cache did not succeed "
                                           f"after {FLUSH_ATTEMPTS} attempts (requests still running?)")
 
-    def run_point(self, requests: WorkloadRequests, folder: RunFolder) -> EngineResult:
+    def run_point(self, requests: WorkloadRequests, folder: JobFolder) -> EngineResult:
         self.check_health()
         self._warm_up_and_reset()
         target = TargetConfig(base_url=self.router_url, model=self.cfg.model.name,
                               request_timeout_s=self.engine.load.request_timeout_s)
         # SGLang's /metrics uses its own names (sglang:...), not the vLLM counters run_http_point reads, so
         # no scrape: the summary says metrics_scraped=false instead of reporting zero hits.
-        return run_http_point(requests, self.cfg.model, self.cfg.seed, target, self.engine.load, {},
-                              n_gpus=self.n_gpus)
-
-    def check_health(self) -> None:
-        for server in self.servers:
-            if not server.alive():
-                raise DeploymentError(f"{server.spec.name} died (exit code {server.process.returncode}); "
-                                      f"last log lines:\n{server.process.tail_log()}")
-        for name, proc in (("router", self.router), ("mooncake_master", self.master)):
-            if proc is not None and not proc.alive():
-                raise DeploymentError(f"{name} died (exit code {proc.returncode}); last log lines:\n{proc.tail_log()}")
+        return run_http_point(self.driver, requests, target, {}, n_gpus=self.n_gpus)
 
     def describe(self) -> dict[str, Any]:
         hc = self.engine.hicache

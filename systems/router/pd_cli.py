@@ -1,4 +1,4 @@
-"""Command line of the disaggregating router: ``python -m systems.router.pd_main --config router.json --port P``.
+"""Command line of the disaggregating router: ``python -m systems.router disaggregated --config router.json --port P``.
 
 ``router.json`` is a :class:`systems.router.pd_app.RouterConfig` as JSON (the deployment writes it into the
 run folder). Listens on 127.0.0.1 only; exits 0 on SIGTERM/SIGINT and writes its final counters to
@@ -58,7 +58,7 @@ async def _serve(cfg: RouterConfig, port: int, stats_out: Optional[Path]) -> Non
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m systems.router.pd_main", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m systems.router disaggregated", description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--stats-out", type=Path, default=None)
@@ -73,7 +73,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(cfg, args.port, args.stats_out))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

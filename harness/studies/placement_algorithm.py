@@ -5,9 +5,9 @@ run on the suite's simulator.
    within the GPU budget, keeping those the caller and the performance model support.
 2. For every layout and phase, simulate that phase alone on one instance (a one-phase
    :class:`~systems.sim.cluster.Cluster`: prefill-only requests end at their first token, decode-only
-   requests arrive with their KV) at Poisson rates, and find by geometric bracketing plus bisection the
-   highest rate whose attainment of the phase's SLO (TTFT for prefill, TPOT for decode) reaches the
-   target. Goodput per GPU = that rate / the instance's GPUs. The rate is capped at an analytic
+   requests arrive with their KV) at Poisson rates, and find by geometric bracketing plus bisection
+   (:func:`harness.capacity.search_max_rate`) the highest rate whose attainment of the phase's SLO (TTFT
+   for prefill, TPOT for decode) reaches the target. Goodput per GPU = that rate / the instance's GPUs. The rate is capped at an analytic
    throughput bound (:meth:`PlacementSimulator.throughput_bound`): a few hundred requests cannot
    saturate a decode instance whose KV cache holds most of them at once, so without the cap such a
    simulation "passes" at any rate.
@@ -38,8 +38,9 @@ from typing import Optional
 
 import numpy as np
 
-from harness.config import HardwareConfig
+from harness.capacity import RateSearch, search_max_rate
 from harness.records import RequestSpec, RequestStatus
+from systems.config import HardwareConfig
 from systems.sim.cluster import Cluster, ClusterSetup, PoolSetup
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.request import SimRequest
@@ -90,86 +91,6 @@ def enumerate_parallelism(gpus_per_node: int, nodes: int = 1,
     return usable, skipped
 
 
-# -- the rate search -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RateSearch:
-    """Outcome of :func:`max_rate_bisect`.
-
-    ``rate_rps`` is the highest evaluated rate that met the target (0.0 when none did) and
-    ``attainment`` its attainment (nan when none); ``upper_rps`` the lowest evaluated rate above it that
-    missed (inf when the search stopped at ``max_rate_rps``); ``evaluations`` every (rate, attainment)
-    in the order evaluated.
-    """
-
-    rate_rps: float
-    attainment: float
-    upper_rps: float
-    evaluations: tuple[tuple[float, float], ...]
-
-    @property
-    def n_evals(self) -> int:
-        return len(self.evaluations)
-
-
-def max_rate_bisect(attainment_at: Callable[[float], float], target: float, start_rps: float, *,
-                    growth: float = 2.0, rel_tol: float = 0.01, max_steps: int = 8,
-                    min_rate_rps: float = 1e-3, max_rate_rps: float = 1e4) -> RateSearch:
-    """The highest rate whose ``attainment_at(rate) >= target``, for an attainment that falls with the rate.
-
-    Bracketing: from ``start_rps``, multiply (or divide) by ``growth`` until one rate meets the target
-    and the next misses it; then at most ``max_steps`` geometric bisections, stopping once
-    ``upper / lower <= 1 + rel_tol``. The result always is a rate that was evaluated and met the target,
-    so a noisy (not quite monotone) attainment can only make it conservative within the bracket.
-    """
-    if growth <= 1:
-        raise ValueError(f"growth must be > 1, got {growth}")
-    if not 0 < min_rate_rps < max_rate_rps:
-        raise ValueError(f"need 0 < min_rate_rps < max_rate_rps, got {min_rate_rps} and {max_rate_rps}")
-    evals: list[tuple[float, float]] = []
-    seen: dict[float, float] = {}
-
-    def meets(rate: float) -> bool:
-        if rate not in seen:
-            seen[rate] = float(attainment_at(rate))
-            evals.append((rate, seen[rate]))
-        return seen[rate] >= target
-
-    def done(lo: float, hi: float) -> RateSearch:
-        return RateSearch(lo, seen.get(lo, math.nan), hi, tuple(evals))
-
-    rate = min(max(float(start_rps), min_rate_rps), max_rate_rps)
-    if meets(rate):
-        lo = rate
-        while True:
-            if lo >= max_rate_rps:
-                return done(lo, math.inf)
-            nxt = min(lo * growth, max_rate_rps)
-            if meets(nxt):
-                lo = nxt
-            else:
-                hi = nxt
-                break
-    else:
-        hi = rate
-        while True:
-            nxt = hi / growth
-            if nxt < min_rate_rps:
-                return done(0.0, hi)
-            if meets(nxt):
-                lo = nxt
-                break
-            hi = nxt
-    for _ in range(max_steps):
-        if hi / lo <= 1 + rel_tol:
-            break
-        mid = math.sqrt(lo * hi)
-        if meets(mid):
-            lo = mid
-        else:
-            hi = mid
-    return done(lo, hi)
-
-
 # -- attainment of simulated requests --------------------------------------------------------------
 def attainment(requests: Sequence[SimRequest], ttft_s: Optional[float] = None,
                tpot_s: Optional[float] = None) -> float:
@@ -201,9 +122,14 @@ class PhaseResult:
 
     phase: str
     parallelism: Parallelism
-    search: RateSearch
+    search: RateSearch[float]  # payload: the attainment at each evaluated rate
     note: str = ""  # why the search was cut short (e.g. the phase misses its SLO even unloaded)
     bound_rps: float = math.inf  # the throughput bound the search was capped at (inf: none)
+
+    @property
+    def attainment(self) -> float:
+        """Attainment at ``max_rate_rps`` (NaN when no rate passed)."""
+        return self.search.best if self.search.best is not None else math.nan
 
     @property
     def max_rate_rps(self) -> float:
@@ -327,7 +253,7 @@ class Verification:
 
     plan_rate_rps: float
     attainment_at_plan_rate: float
-    search: Optional[RateSearch]  # the end-to-end max-rate search; None when only the plan rate was run
+    search: Optional[RateSearch[float]]  # the end-to-end max-rate search; None when only the plan rate was run
 
     @property
     def max_rate_rps(self) -> float:
@@ -459,7 +385,7 @@ class PlacementSimulator:
 # -- the search ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SearchSettings:
-    """How hard each rate search works (see :func:`max_rate_bisect`) and what bounds it."""
+    """How hard each rate search works (see :func:`harness.capacity.search_max_rate`) and what bounds it."""
 
     target: float = 0.9  # SLO attainment a phase must reach
     growth: float = 2.0
@@ -493,28 +419,42 @@ class PlacementResult:
     phase_wall_s: dict[str, float] = field(default_factory=dict)
 
 
+def attainment_search(attainment_at: Callable[[float], float], start_rps: float, settings: SearchSettings,
+                      min_rate_rps: float, max_rate_rps: float) -> RateSearch[float]:
+    """The highest rate whose ``attainment_at(rate)`` reaches ``settings.target``: geometric bracketing and
+    bisection until the bracket is within ``settings.rel_tol`` (the payload of each probe is its attainment)."""
+
+    def evaluate(rate: float) -> tuple[bool, float]:
+        value = float(attainment_at(rate))
+        return value >= settings.target, value
+
+    return search_max_rate(evaluate, start_rps, growth=settings.growth, steps=settings.max_steps,
+                           midpoint="geometric", rel_tol=settings.rel_tol, min_rate_rps=min_rate_rps,
+                           max_rate_rps=max_rate_rps)
+
+
 def search_phase(sim: PlacementSimulator, phase: str, par: Parallelism, settings: SearchSettings) -> PhaseResult:
     """The highest rate one ``phase`` instance of ``par`` sustains at ``settings.target`` attainment."""
     unloaded = sim.unloaded_attainment(phase, par)
     if unloaded < settings.target:
         note = f"misses the target even unloaded (attainment {unloaded:.3f} < {settings.target:g})"
         log.info("%s %s: %s", phase, par, note)
-        return PhaseResult(phase, par, RateSearch(0.0, math.nan, 0.0, ()), note)
+        return PhaseResult(phase, par, RateSearch(rate_rps=0.0, upper_rps=0.0), note)
     bound = math.inf
     ceiling = settings.max_rate_rps
     if settings.throughput_bound:
         bound = sim.throughput_bound(phase, par, settings.max_seqs, settings.max_batched_tokens)
         ceiling = min(ceiling, bound)
     start = settings.hint_scale * min(sim.rate_hint(phase, par, settings.max_seqs), ceiling)
-    search = max_rate_bisect(lambda r: sim.phase_attainment(phase, par, r), settings.target, start,
-                             growth=settings.growth, rel_tol=settings.rel_tol, max_steps=settings.max_steps,
-                             min_rate_rps=min(settings.min_rate_rps, ceiling / 2), max_rate_rps=ceiling)
+    search = attainment_search(lambda r: sim.phase_attainment(phase, par, r), start, settings,
+                               min_rate_rps=min(settings.min_rate_rps, ceiling / 2), max_rate_rps=ceiling)
     note = ""
     if math.isinf(search.upper_rps):
         note = ("capped at the throughput bound" if ceiling < settings.max_rate_rps else "reached max_rate_rps") + \
             f" ({ceiling:.4g} req/s)"
     log.info("%s %s: %.3f req/s (%.3f per GPU, attainment %.3f) after %d simulations%s", phase, par,
-             search.rate_rps, search.rate_rps / par.n_gpus, search.attainment, search.n_evals,
+             search.rate_rps, search.rate_rps / par.n_gpus,
+             search.best if search.best is not None else math.nan, search.n_evals,
              f"; {note}" if note else "")
     return PhaseResult(phase, par, search, note, bound)
 
@@ -599,9 +539,8 @@ def verify_plan(sim: PlacementSimulator, plan: ReplicaPlan, settings: SearchSett
     rate = plan.rate_rps
     if not bisect:
         return Verification(rate, sim.plan_attainment(plan, rate), None)
-    search = max_rate_bisect(lambda r: sim.plan_attainment(plan, r), settings.target, rate,
-                             growth=settings.growth, rel_tol=settings.rel_tol, max_steps=settings.max_steps,
-                             min_rate_rps=settings.min_rate_rps, max_rate_rps=settings.max_rate_rps)
+    search = attainment_search(lambda r: sim.plan_attainment(plan, r), rate, settings,
+                               min_rate_rps=settings.min_rate_rps, max_rate_rps=settings.max_rate_rps)
     at_plan = dict(search.evaluations).get(rate)
     if at_plan is None:  # the start was clamped to the search's rate range
         at_plan = sim.plan_attainment(plan, rate)

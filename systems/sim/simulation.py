@@ -1,24 +1,32 @@
-"""From a run configuration to a :class:`~systems.sim.cluster.ClusterSetup`, checking before anything
-runs that the deployment is possible: the system's roles, a known hardware type per pool, a model that
-fits its TP x PP group, a GPU budget that covers every pool, a known link and routing policy.
+"""From a run configuration to a simulated cluster: the one path every simulation takes, whether an
+``engine=sim`` serving job (:class:`~systems.sim.deployment.SimDeployment`) or a simulator study.
+
+:class:`SimulatedCluster` plans the pools of ``cfg.system`` with the shapes in ``cfg.engine`` and builds
+their performance models once, checking what only the simulator knows: a known hardware type per pool,
+a model that fits its TP x PP group, a GPU budget that covers every pool, a known link. The system's
+roles and router were checked with the config (:mod:`systems.topology`). Each simulation then gets a
+fresh :class:`~systems.sim.cluster.ClusterSetup` (new policy objects).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from harness.config import ConfigError, HardwareConfig
+from harness.errors import ConfigError
+from harness.records import RequestSpec
+from systems.config import HardwareConfig
+from systems.contract import DeploymentConfig
+from systems.hardware_catalog import load_hardware
 from systems.policies import build_policy
-from systems.policies.pd import PD_POLICY_NAMES, PDScheduler
-from systems.sim.cluster import ROLES, ClusterSetup, KVPoolSetup, PoolSetup
-from systems.sim.hardware_catalog import load_hardware
+from systems.policies.pd import PDScheduler
+from systems.sim.cluster import ROLES, Cluster, ClusterSetup, KVPoolSetup, PoolSetup, SimRun
 from systems.sim.links import get_link
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.registry import build_perf_model
-
-PD_ALIASES = {"least_loaded": "load_balancing", "least_outstanding": "load_balancing",
-              "global_cache_aware": "conductor", "cache_aware": "local_cache_aware"}
+from systems.topology import canonical_router, topology_of
 
 
 @dataclass(frozen=True)
@@ -31,27 +39,15 @@ class PoolPlan:
     hardware: HardwareConfig
 
 
-def plan_pools(cfg: Any) -> list[PoolPlan]:
+def plan_pools(cfg: DeploymentConfig) -> list[PoolPlan]:
     """Pools of ``cfg.system`` with the shapes in ``cfg.engine``; ``ConfigError`` for impossible layouts."""
     system, engine = cfg.system, cfg.engine
-    counts = {"colocated": system.colocated_instances, "prefill": system.prefill_instances,
-              "decode": system.decode_instances, "mixed": system.mixed_instances}
-    if system.name == "vllm_baseline":
-        if counts["prefill"] or counts["decode"] or counts["mixed"] or not counts["colocated"]:
-            raise ConfigError("system=vllm_baseline: needs colocated_instances > 0 and no prefill, decode or mixed instances")
-    else:
-        if not counts["prefill"] or not counts["decode"]:
-            raise ConfigError(f"system={system.name}: needs prefill_instances > 0 and decode_instances > 0, "
-                              f"got {counts['prefill']} and {counts['decode']}")
-        if counts["colocated"]:
-            raise ConfigError(f"system={system.name}: colocated_instances must be 0 (got {counts['colocated']})")
-        if counts["mixed"] and system.name != "splitwise":
-            raise ConfigError(f"system.mixed_instances: only Splitwise has a mixed pool (system={system.name})")
+    counts = {role: system.count(role) for role in ROLES}
     plans = []
     for role in ROLES:
         if not counts[role]:
             continue
-        pool_cfg = getattr(engine, role)
+        pool_cfg = engine.pool(role)
         try:
             hw = cfg.hardware if pool_cfg.hardware is None else load_hardware(pool_cfg.hardware)
         except ValueError as exc:
@@ -69,7 +65,7 @@ def plan_pools(cfg: Any) -> list[PoolPlan]:
     return plans
 
 
-def build_perf_models(cfg: Any, plans: list[PoolPlan]) -> dict[str, PerfModel]:
+def build_perf_models(cfg: DeploymentConfig, plans: list[PoolPlan]) -> dict[str, PerfModel]:
     """One performance model per pool role; ``ConfigError`` when the model does not fit or is not profiled."""
     models = {}
     for p in plans:
@@ -86,7 +82,7 @@ def _slo_s(value: Optional[float]) -> Optional[float]:
     return None if value is None else value / 1e3
 
 
-def build_setup(cfg: Any, plans: list[PoolPlan], perf: dict[str, PerfModel], seed: int = 0) -> ClusterSetup:
+def build_setup(cfg: DeploymentConfig, plans: list[PoolPlan], perf: dict[str, PerfModel], seed: int = 0) -> ClusterSetup:
     """A fresh ``ClusterSetup`` (new policy objects) for one simulation."""
     system, engine = cfg.system, cfg.engine
     pools = tuple(PoolSetup(p.role, p.count, p.shape, perf[p.role], p.hardware) for p in plans)
@@ -95,24 +91,19 @@ def build_setup(cfg: Any, plans: list[PoolPlan], perf: dict[str, PerfModel], see
     except ValueError as exc:
         raise ConfigError(f"engine.kv_link: {exc}") from exc
     tbt = cfg.slo.tbt_ms if cfg.slo.tbt_ms is not None else cfg.slo.tpot_ms
+    topology = topology_of(system.name)
+    policy = canonical_router(system.name, system.router)
     router = scheduler = None
-    if system.name == "vllm_baseline":
-        try:
-            kwargs: dict[str, Any] = {"seed": seed} if system.router == "random" else {}
-            router = build_policy(system.router, **kwargs)
-        except ValueError as exc:
-            raise ConfigError(f"system.router: {exc}") from exc
+    if not topology.disaggregated:
+        kwargs: dict[str, Any] = {"seed": seed} if policy == "random" else {}
+        router = build_policy(policy, **kwargs)
     else:
-        name = PD_ALIASES.get(system.router, system.router)
-        if name not in PD_POLICY_NAMES:
-            raise ConfigError(f"system.router: {system.router!r} is not a disaggregation policy; expected one of "
-                              f"{', '.join(PD_POLICY_NAMES)} (aliases: {', '.join(PD_ALIASES)})")
-        scheduler = PDScheduler(name, rejection=engine.rejection,
+        scheduler = PDScheduler(policy, rejection=engine.rejection,
                                 ttft_slo_s=_slo_s(cfg.slo.ttft_ms), tbt_slo_s=_slo_s(tbt),
                                 kvcache_balancing_threshold=engine.kvcache_balancing_threshold, seed=seed,
                                 pick_decode=False)  # the simulator picks decode when the prefill ends
     kv_pool = KVPoolSetup()
-    if system.name == "mooncake" and engine.kv_pool.dram_tokens_per_node > 0:
+    if topology.has_kv_pool and engine.kv_pool.dram_tokens_per_node > 0:
         try:
             remote = get_link(engine.kv_pool.remote_link)
         except ValueError as exc:
@@ -127,3 +118,31 @@ def build_setup(cfg: Any, plans: list[PoolPlan], perf: dict[str, PerfModel], see
         rejection=engine.rejection, tbt_slo_s=_slo_s(tbt), max_model_len=cfg.model.max_model_len,
         mixed_overflow_queue_s=engine.mixed_overflow_queue_s, sample_interval_s=engine.sample_interval_s,
     )
+
+
+class SimulatedCluster:
+    """A composed config's deployment, checked, with its performance models built once."""
+
+    def __init__(self, cfg: DeploymentConfig) -> None:
+        self.cfg = cfg
+        self.plans = plan_pools(cfg)
+        self.perf = build_perf_models(cfg, self.plans)
+
+    @property
+    def n_gpus(self) -> int:
+        return sum(p.count * p.shape.n_gpus for p in self.plans)
+
+    def setup(self, **changes: Any) -> ClusterSetup:
+        """A fresh set-up (new policy objects), with ``changes`` to its fields."""
+        setup = build_setup(self.cfg, self.plans, self.perf, seed=self.cfg.seed)
+        return dataclasses.replace(setup, **changes) if changes else setup
+
+    def run(self, specs: Sequence[RequestSpec], progress: bool = False, **changes: Any) -> tuple[ClusterSetup, SimRun]:
+        """Simulate ``specs`` on an empty cluster; returns the set-up used and the run."""
+        setup = self.setup(**changes)
+        return setup, Cluster(setup).run(specs, progress=progress)
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": "sim", "perf_model": self.cfg.engine.perf_model,
+                "pools": [{"role": p.role, "count": p.count, "hardware": p.hardware.name, "tp": p.shape.tp,
+                           "pp": p.shape.pp, **self.perf[p.role].describe()} for p in self.plans]}

@@ -1,7 +1,9 @@
-"""Structured-config schemas of the ``engine`` group: one schema per engine, sharing a base.
+"""Schemas of the ``engine`` group: how a deployment runs. One schema per engine, on a shared base.
 
 ``engine=sim`` runs the discrete-event simulator; ``vllm``, ``sglang`` and ``endpoint`` drive real
-servers through the suite's load generator, configured by ``engine.load``.
+servers through the suite's load generator, configured by ``engine.load``. Checks that several engines
+share (positive sizes, fractions, the Mooncake-style scheduling knobs) live on :class:`EngineConfig`;
+which systems and routers an engine runs is :mod:`systems.topology`'s business.
 """
 
 from __future__ import annotations
@@ -12,17 +14,17 @@ from typing import Optional
 
 from omegaconf import MISSING
 
-ENGINES = ("sim", "vllm", "sglang", "endpoint")
+from harness.errors import ConfigError
+from systems.launch.mooncake_store import MIN_SEGMENT_BYTES, parse_size
+from systems.policies.pd import REJECTION_MODES
+from systems.topology import ENGINES
+
 DEVICES = ("auto", "cpu", "gpu")
-
-
-class EngineConfigError(ValueError):
-    """An engine setting is invalid; the message names the key."""
 
 
 def _positive(key: str, value: float) -> None:
     if value <= 0:
-        raise EngineConfigError(f"engine.{key}: must be > 0, got {value}")
+        raise ConfigError(f"engine.{key}: must be > 0, got {value}")
 
 
 @dataclass
@@ -40,19 +42,42 @@ class LoadConfig:
         _positive("load.processes", self.processes)
         _positive("load.request_timeout_s", self.request_timeout_s)
         if self.warmup_requests < 0:
-            raise EngineConfigError(f"engine.load.warmup_requests: must be >= 0, got {self.warmup_requests}")
+            raise ConfigError(f"engine.load.warmup_requests: must be >= 0, got {self.warmup_requests}")
 
 
 @dataclass
 class EngineConfig:
-    """Fields every engine has."""
+    """Fields every engine has, and the checks several engines share."""
 
     name: str = MISSING
     description: str = ""
+    cap_to_context: bool = True  # shorten prompts that do not fit the model's context (counted in the summary);
+    #                              false on engine=sim: such requests fail
 
     def __post_init__(self) -> None:
         if self.name not in ENGINES:
-            raise EngineConfigError(f"engine.name: expected one of {', '.join(ENGINES)}, got {self.name!r}")
+            raise ConfigError(f"engine.name: expected one of {', '.join(ENGINES)}, got {self.name!r}")
+
+    def _check_positive(self, *keys: str) -> None:
+        """Each ``engine.<key>`` is > 0 (``None`` allowed: unset)."""
+        for key in keys:
+            value = getattr(self, key)
+            if value is not None:
+                _positive(key, value)
+
+    def _check_fraction(self, key: str) -> None:
+        """``engine.<key>`` is in (0, 1]."""
+        value = getattr(self, key)
+        if not 0 < value <= 1:
+            raise ConfigError(f"engine.{key}: must be in (0, 1], got {value}")
+
+    @staticmethod
+    def _check_scheduling(rejection: str, kvcache_balancing_threshold: float) -> None:
+        """The Mooncake-style admission and cache-balancing knobs (engines that schedule disaggregated systems)."""
+        if rejection not in REJECTION_MODES:
+            raise ConfigError(f"engine.rejection: expected one of {', '.join(REJECTION_MODES)}, got {rejection!r}")
+        if kvcache_balancing_threshold < 1:
+            raise ConfigError(f"engine.kvcache_balancing_threshold: must be >= 1, got {kvcache_balancing_threshold}")
 
 
 @dataclass
@@ -65,7 +90,7 @@ class SimPoolConfig:
 
     def __post_init__(self) -> None:
         if self.tp <= 0 or self.pp <= 0:
-            raise EngineConfigError(f"engine.<pool>.tp/pp: must be > 0, got tp={self.tp} pp={self.pp}")
+            raise ConfigError(f"engine.<pool>.tp/pp: must be > 0, got tp={self.tp} pp={self.pp}")
 
 
 @dataclass
@@ -82,10 +107,10 @@ class SimKVPoolConfig:
 
     def __post_init__(self) -> None:
         if self.dram_tokens_per_node < 0:
-            raise EngineConfigError(f"engine.kv_pool.dram_tokens_per_node: must be >= 0, got {self.dram_tokens_per_node}")
+            raise ConfigError(f"engine.kv_pool.dram_tokens_per_node: must be >= 0, got {self.dram_tokens_per_node}")
         _positive("kv_pool.dram_bandwidth_gbps", self.dram_bandwidth_gbps)
         if self.replication_threshold < 0:
-            raise EngineConfigError(f"engine.kv_pool.replication_threshold: must be >= 0, got {self.replication_threshold}")
+            raise ConfigError(f"engine.kv_pool.replication_threshold: must be >= 0, got {self.replication_threshold}")
 
 
 @dataclass
@@ -109,19 +134,17 @@ class SimEngineConfig(EngineConfig):
     kvcache_balancing_threshold: float = 2.0
     mixed_overflow_queue_s: float = 1.0  # Splitwise: a prompt goes to the mixed pool when the prompt pool's queue is longer
     sample_interval_s: float = 10.0  # load time series (load.csv) sampling period in simulated seconds
-    cap_to_context: bool = True  # shorten prompts to model.max_model_len like a real engine (counted); false: such requests fail
     progress: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for key in ("max_num_batched_tokens", "max_num_seqs", "sample_interval_s"):
-            _positive(key, getattr(self, key))
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise EngineConfigError(f"engine.gpu_memory_utilization: must be in (0, 1], got {self.gpu_memory_utilization}")
-        if self.rejection not in ("none", "baseline", "early", "predictive"):
-            raise EngineConfigError(f"engine.rejection: expected none, baseline, early or predictive, got {self.rejection!r}")
-        if self.kvcache_balancing_threshold < 1:
-            raise EngineConfigError(f"engine.kvcache_balancing_threshold: must be >= 1, got {self.kvcache_balancing_threshold}")
+        self._check_positive("max_num_batched_tokens", "max_num_seqs", "sample_interval_s")
+        self._check_fraction("gpu_memory_utilization")
+        self._check_scheduling(self.rejection, self.kvcache_balancing_threshold)
+
+    def pool(self, role: str) -> SimPoolConfig:
+        """The shape of every instance of ``role`` (``colocated``, ``prefill``, ``decode`` or ``mixed``)."""
+        return getattr(self, role)
 
 
 @dataclass
@@ -130,7 +153,6 @@ class RealEngineConfig(EngineConfig):
 
     load: LoadConfig = field(default_factory=LoadConfig)
     reset_prefix_cache: bool = True  # after warm-up, before every measured point
-    cap_to_context: bool = True  # shorten prompts that do not fit the model's context (counted in the summary)
 
 
 @dataclass
@@ -149,7 +171,7 @@ class VllmRoleConfig:
         for key in ("tensor_parallel_size", "cpu_kvcache_space_gib"):
             value = getattr(self, key)
             if value is not None and value < 1:
-                raise EngineConfigError(f"engine.<role>.{key}: must be >= 1, got {value}")
+                raise ConfigError(f"engine.<role>.{key}: must be >= 1, got {value}")
 
 
 @dataclass
@@ -168,11 +190,19 @@ class VllmKVPoolConfig:
 
     def __post_init__(self) -> None:
         if self.pool_nodes < 0:
-            raise EngineConfigError(f"engine.kv_pool.pool_nodes: must be >= 0, got {self.pool_nodes}")
+            raise ConfigError(f"engine.kv_pool.pool_nodes: must be >= 0, got {self.pool_nodes}")
         if self.load_failure_policy not in ("recompute", "fail"):
-            raise EngineConfigError(f"engine.kv_pool.load_failure_policy: expected recompute or fail, got "
-                                    f"{self.load_failure_policy!r}")
+            raise ConfigError(f"engine.kv_pool.load_failure_policy: expected recompute or fail, got "
+                              f"{self.load_failure_policy!r}")
         _positive("kv_pool.query_timeout_s", self.query_timeout_s)
+        for key in ("segment_size", "instance_segment_size"):
+            try:
+                size = parse_size(getattr(self, key))
+            except ValueError as exc:
+                raise ConfigError(f"engine.kv_pool.{key}: {exc}") from exc
+            if size < MIN_SEGMENT_BYTES:
+                raise ConfigError(f"engine.kv_pool.{key}: Mooncake needs at least 16MB per segment, "
+                                  f"got {getattr(self, key)}")
 
 
 @dataclass
@@ -218,24 +248,19 @@ class VllmEngineConfig(RealEngineConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.device not in DEVICES:
-            raise EngineConfigError(f"engine.device: expected one of {', '.join(DEVICES)}, got {self.device!r}")
-        for key in ("startup_timeout_s", "max_num_seqs", "cpu_kvcache_space_gib", "tensor_parallel_size",
-                    "kv_block_size"):
-            _positive(key, getattr(self, key))
-        if self.max_model_len is not None:
-            _positive("max_model_len", self.max_model_len)
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise EngineConfigError(f"engine.gpu_memory_utilization: must be in (0, 1], got {self.gpu_memory_utilization}")
+            raise ConfigError(f"engine.device: expected one of {', '.join(DEVICES)}, got {self.device!r}")
+        self._check_positive("startup_timeout_s", "max_num_seqs", "cpu_kvcache_space_gib", "tensor_parallel_size",
+                             "kv_block_size", "max_model_len", "max_instances", "mixed_overflow_outstanding")
+        self._check_fraction("gpu_memory_utilization")
+        self._check_scheduling(self.rejection, self.kvcache_balancing_threshold)
         if self.kv_connector not in ("auto", "mooncake", "nixl"):
-            raise EngineConfigError(f"engine.kv_connector: expected auto, mooncake or nixl, got {self.kv_connector!r}")
+            raise ConfigError(f"engine.kv_connector: expected auto, mooncake or nixl, got {self.kv_connector!r}")
         if self.kv_protocol not in ("auto", "tcp", "rdma"):
-            raise EngineConfigError(f"engine.kv_protocol: expected auto, tcp or rdma, got {self.kv_protocol!r}")
-        if self.rejection not in ("none", "baseline", "early", "predictive"):
-            raise EngineConfigError(f"engine.rejection: expected none, baseline, early or predictive, got {self.rejection!r}")
-        if self.kvcache_balancing_threshold < 1:
-            raise EngineConfigError(f"engine.kvcache_balancing_threshold: must be >= 1, got {self.kvcache_balancing_threshold}")
-        for key in ("max_instances", "mixed_overflow_outstanding"):
-            _positive(key, getattr(self, key))
+            raise ConfigError(f"engine.kv_protocol: expected auto, tcp or rdma, got {self.kv_protocol!r}")
+
+    def role(self, role: str) -> VllmRoleConfig:
+        """The resources of every instance of ``role`` (``prefill``, ``decode`` or ``mixed``)."""
+        return getattr(self, role)
 
 
 _SGLANG_SIZE_RE = re.compile(r"^\s*\d+\s*(b|kb|mb|gb|tb)?\s*$", re.IGNORECASE)
@@ -258,7 +283,7 @@ def _sglang_choice(key: str, value: Optional[str], nullable: bool = False) -> No
     allowed = _SGLANG_CHOICES[key]
     if value not in allowed:
         extra = " or null" if nullable else ""
-        raise EngineConfigError(f"engine.{key}: expected one of {', '.join(allowed)}{extra}, got {value!r}")
+        raise ConfigError(f"engine.{key}: expected one of {', '.join(allowed)}{extra}, got {value!r}")
 
 
 @dataclass
@@ -283,7 +308,7 @@ class SglangHiCacheConfig:
 
     def __post_init__(self) -> None:
         if not self.ratio > 1:
-            raise EngineConfigError(f"engine.hicache.ratio: must be > 1 (host pool larger than the GPU pool), "
+            raise ConfigError(f"engine.hicache.ratio: must be > 1 (host pool larger than the GPU pool), "
                                     f"got {self.ratio}")
         _sglang_choice("hicache.storage_backend", self.storage_backend, nullable=True)
         for key in ("write_policy", "mem_layout", "io_backend", "prefetch_policy"):
@@ -291,10 +316,10 @@ class SglangHiCacheConfig:
         _sglang_choice("hicache.protocol", self.protocol, nullable=True)
         size = str(self.global_segment_size)
         if not _SGLANG_SIZE_RE.match(size) or not any(c in "123456789" for c in size):
-            raise EngineConfigError(f"engine.hicache.global_segment_size: expected bytes > 0 or '<n>gb' / '<n>mb', "
+            raise ConfigError(f"engine.hicache.global_segment_size: expected bytes > 0 or '<n>gb' / '<n>mb', "
                                     f"got {self.global_segment_size!r}")
         if self.decode_offload and self.storage_backend is None:
-            raise EngineConfigError("engine.hicache.decode_offload: decode servers offload to an L3 store; "
+            raise ConfigError("engine.hicache.decode_offload: decode servers offload to an L3 store; "
                                     "set engine.hicache.storage_backend (mooncake or file)")
 
 
@@ -321,26 +346,23 @@ class SglangEngineConfig(RealEngineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for key in ("startup_timeout_s", "tensor_parallel_size", "page_size"):
-            _positive(key, getattr(self, key))
-        for key in ("context_length", "max_running_requests", "kv_block_size"):
-            if getattr(self, key) is not None:
-                _positive(key, getattr(self, key))
+        self._check_positive("startup_timeout_s", "tensor_parallel_size", "page_size", "context_length",
+                             "max_running_requests", "kv_block_size")
         _sglang_choice("transfer_backend", self.transfer_backend)
         _sglang_choice("transfer_protocol", self.transfer_protocol)
         _sglang_choice("router_policy", self.router_policy, nullable=True)
         if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
-            raise EngineConfigError(f"engine.mem_fraction_static: must be in (0, 1) or null, got {self.mem_fraction_static}")
+            raise ConfigError(f"engine.mem_fraction_static: must be in (0, 1) or null, got {self.mem_fraction_static}")
         if self.chunked_prefill_size is not None and self.chunked_prefill_size != -1 and self.chunked_prefill_size < 1:
-            raise EngineConfigError(f"engine.chunked_prefill_size: must be >= 1, -1 (disabled) or null, "
-                                    f"got {self.chunked_prefill_size}")
+            raise ConfigError(f"engine.chunked_prefill_size: must be >= 1, -1 (disabled) or null, "
+                              f"got {self.chunked_prefill_size}")
         if self.bootstrap_port_base is not None and not 1024 <= self.bootstrap_port_base <= 65000:
-            raise EngineConfigError(f"engine.bootstrap_port_base: must be in 1024..65000 or null, got {self.bootstrap_port_base}")
+            raise ConfigError(f"engine.bootstrap_port_base: must be in 1024..65000 or null, got {self.bootstrap_port_base}")
         if self.ib_device is not None and self.transfer_backend != "mooncake":
-            raise EngineConfigError("engine.ib_device: applies to engine.transfer_backend=mooncake only "
-                                    "(NIXL picks devices through UCX_NET_DEVICES)")
+            raise ConfigError("engine.ib_device: applies to engine.transfer_backend=mooncake only "
+                              "(NIXL picks devices through UCX_NET_DEVICES)")
         if not isinstance(self.extra_args, list | tuple) or not all(isinstance(a, str) for a in self.extra_args):
-            raise EngineConfigError(f"engine.extra_args: expected a list of strings, got {self.extra_args!r}")
+            raise ConfigError(f"engine.extra_args: expected a list of strings, got {self.extra_args!r}")
 
 
 @dataclass
@@ -357,8 +379,8 @@ class EndpointEngineConfig(RealEngineConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
-            raise EngineConfigError(f"engine.url: expected an http(s) URL, got {self.url!r}")
-        _positive("n_gpus", self.n_gpus)
+            raise ConfigError(f"engine.url: expected an http(s) URL, got {self.url!r}")
+        self._check_positive("n_gpus")
 
 
 ENGINE_SCHEMAS = {

