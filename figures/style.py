@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-FIGURE_DIR = "figures"
+from harness.result_files import FIGURES_DIR  # noqa: E402
 
 
 def apply_theme() -> None:
@@ -22,7 +22,7 @@ def apply_theme() -> None:
 
 def save_figure(fig: plt.Figure, data: pd.DataFrame, job_dir: Path, name: str) -> list[Path]:
     """Write ``<job>/figures/<name>.png`` and ``<name>.csv`` (the plotted data); return both paths."""
-    out = Path(job_dir) / FIGURE_DIR
+    out = Path(job_dir) / FIGURES_DIR
     out.mkdir(parents=True, exist_ok=True)
     png, csv = out / f"{name}.png", out / f"{name}.csv"
     fig.savefig(png, dpi=150, bbox_inches="tight")

@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.result_files import REQUESTS_FILE
+
 MOONCAKE_16 = ["system=mooncake", "system.prefill_instances=8", "system.decode_instances=8", "system.router=conductor",
                "model=llama3_1_70b", "hardware=a800_80gb", "workload=mooncake_conversation", "slo=mooncake",
                "engine.prefill.tp=8", "engine.decode.tp=8", "engine.kv_link=rdma_800", "engine.layerwise_transfer=true",
@@ -64,7 +66,6 @@ def run_case(overrides: list[str], copies: int, parquet: str | None, compress: b
     from harness.results import RunFolder, records_frame
     from harness.studies.simulate import load_requests, point_workload
     from harness.studies.variants import compose_variant
-    from systems.sim.cluster import Cluster
     from systems.sim.simulation import SimulatedCluster
 
     extra = [f"system.prefill_instances={8 * copies}", f"system.decode_instances={8 * copies}"] \
@@ -76,7 +77,7 @@ def run_case(overrides: list[str], copies: int, parquet: str | None, compress: b
         requests = _replicate(requests, copies, compress)
     t1 = time.perf_counter()
     cluster = SimulatedCluster(cfg)
-    run = Cluster(cluster.setup()).run(requests.specs)
+    setup, run = cluster.run(requests.specs)
     t2 = time.perf_counter()
     records = run.records()
     t3 = time.perf_counter()
@@ -86,7 +87,7 @@ def run_case(overrides: list[str], copies: int, parquet: str | None, compress: b
         folder.write_table(Path(parquet).name, records_frame(records))
         digest = hashlib.sha256(Path(parquet).read_bytes()).hexdigest()
     n_ok = sum(r.status == "ok" for r in records)
-    return {"requests": len(records), "ok": n_ok, "instances": cluster.setup().n_gpus // 8 if cluster else 0,
+    return {"requests": len(records), "ok": n_ok, "instances": setup.n_gpus // 8,
             "load_s": t1 - t0, "simulate_s": t2 - t1, "records_s": t3 - t2, "total_s": t3 - t1,
             "tokens": sum(r.n_out for r in records), "events": run.info["events"],
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "parquet_sha256": digest}
@@ -147,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"    median total {med:.2f} s (target <= 4 s; splitwise-sim measured 40 s: {40 / med:.1f}x faster)")
     print("(d) determinism: the Mooncake case twice, requests.parquet hashed")
     with tempfile.TemporaryDirectory() as tmp:
-        a = _subprocess(MOONCAKE_16, parquet=str(Path(tmp) / "a" / "requests.parquet"))
-        b = _subprocess(MOONCAKE_16, parquet=str(Path(tmp) / "b" / "requests.parquet"))
+        a = _subprocess(MOONCAKE_16, parquet=str(Path(tmp) / "a" / REQUESTS_FILE))
+        b = _subprocess(MOONCAKE_16, parquet=str(Path(tmp) / "b" / REQUESTS_FILE))
     same = a["parquet_sha256"] == b["parquet_sha256"]
     print(f"    sha256 {a['parquet_sha256'][:16]}... vs {b['parquet_sha256'][:16]}...: {'identical' if same else 'DIFFERENT'}")
     return 0 if same else 1

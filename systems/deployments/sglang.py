@@ -33,6 +33,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
+from harness.result_files import SERVERS_DIR
 from systems.contract import (
     DeploymentConfig,
     DeploymentError,
@@ -323,7 +324,7 @@ class SglangDeployment(ProcessDeployment):
     def _bring_up(self) -> None:
         self._check_host()
         model_path = resolve_model_path(self.cfg.model)
-        run_dir = self.folder.path / "servers"
+        run_dir = self.folder.path / SERVERS_DIR
         self.plan = build_specs(self.cfg, model_path, gpus=visible_gpus())
         log.info("starting SGLang %s (model %s, GPUs %s); logs in %s",
                  ", ".join(s.name for s in self.plan.servers), model_path,

@@ -15,6 +15,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from harness.result_files import SERVERS_DIR
 from systems.contract import (
     DeploymentConfig,
     DeploymentError,
@@ -86,7 +87,7 @@ class VllmBaselineDeployment(ProcessDeployment):
 
     def _bring_up(self) -> None:
         model_path = resolve_model_path(self.cfg.model)
-        run_dir = self.folder.path / "servers"
+        run_dir = self.folder.path / SERVERS_DIR
         log.info("starting %d vLLM instance(s) on %s (model %s); logs in %s", self.cfg.system.colocated_instances,
                  self.device, model_path, run_dir)
         self.servers = self._stack.enter_context(

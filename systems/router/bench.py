@@ -120,6 +120,7 @@ async def _run(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                 [
                     "-m",
                     "systems.router",
+                    "colocated",
                     "--port",
                     str(router_port),
                     "--backend",

@@ -10,24 +10,19 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
 
 from figures.disagg_compare import comparison_table, plot_disagg_comparison
-from harness.config import register_configs, validate
 from harness.studies.real_compare import _row
 from harness.studies.variants import compose_variant
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+@pytest.fixture
+def experiment(compose):
+    return compose(["experiment=disagg_cpu"])
 
 
-def _experiment():
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return validate(compose(config_name="config", overrides=["experiment=disagg_cpu"]))
-
-
-def test_every_disagg_cpu_variant_is_a_real_deployment_within_five_instances() -> None:
-    cfg = _experiment()
+def test_every_disagg_cpu_variant_is_a_real_deployment_within_five_instances(experiment) -> None:
+    cfg = experiment
     assert cfg.job == "compare"
     systems = set()
     for label, overrides in cfg.study.variants.items():

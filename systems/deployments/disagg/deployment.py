@@ -34,6 +34,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
 
+from harness.result_files import SERVERS_DIR
 from systems.contract import (
     DeploymentConfig,
     DeploymentError,
@@ -101,7 +102,7 @@ class DisaggVllmDeployment(ProcessDeployment):
         self.helpers: dict[str, ManagedProcess] = {}
         self.router_url = ""
         self.master_address = ""
-        self.run_dir = folder.path / "servers"
+        self.run_dir = folder.path / SERVERS_DIR
         self._bootstrap: dict[str, str] = {}
         self._ports: set[int] = set()
         self.kv_events_port = self._port()  # the router binds it; prefill instances publish KV-cache events to it
