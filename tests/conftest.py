@@ -34,3 +34,19 @@ def compose() -> Callable[..., Any]:
         return validate(raw) if validated else raw
 
     return _compose
+
+
+class NoLoad:
+    """A load driver for deployments that are built but never serve: any use fails the test."""
+
+    def run(self, requests: Any, target: Any) -> Any:
+        raise AssertionError("not expected to send load")
+
+    def warm_up(self, base_url: str, n: int, who: str) -> None:
+        raise AssertionError("not expected to warm up")
+
+
+@pytest.fixture(scope="session")
+def no_load() -> NoLoad:
+    """The load driver to build a deployment with when the test only inspects what it would launch."""
+    return NoLoad()

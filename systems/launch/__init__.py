@@ -1,6 +1,10 @@
-"""Real processes: building the tiny local model, starting and stopping servers, ports, /metrics.
+"""Real processes: starting, watching and stopping the servers a deployment is made of.
 
-Modules: ``tiny_model`` (a locally built Llama checkpoint), ``processes`` (process groups, readiness,
-teardown), ``ports`` (free and busy ports), ``vllm_server`` (vLLM command lines and servers),
-``prometheus`` (the text exposition format and vLLM's prefix-cache counters).
+Modules: ``processes`` (process groups, readiness, teardown), ``lifecycle`` (the context-manager life
+cycle and health check every real deployment shares), ``ports`` (free and busy ports), ``vllm_server``
+(vLLM command lines and servers), ``sglang_commands`` (SGLang command lines), ``mooncake_store`` (the
+Mooncake Store master, pool nodes and client config), ``pool_node`` (the pool-node process),
+``kv_transfer_config`` / ``kv_connectors`` / ``kv_bootstrap`` (the KV hand-off between instances),
+``model_path`` (device and checkpoint), ``tiny_model`` (a locally built Llama checkpoint), ``prometheus``
+(the text exposition format and vLLM's prefix-cache counters), ``shm`` (shared-memory clean-up).
 """

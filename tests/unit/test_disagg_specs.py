@@ -26,23 +26,14 @@ from systems.launch.kv_transfer_config import SUITE_CONNECTORS
 BASE = ["engine=vllm", "engine.device=cpu", "model=tiny_llama", "hardware=cpu_host"]
 
 
-class NoLoad:
-    """A load driver for deployments that are built but never serve."""
-
-    def run(self, requests, target):
-        raise AssertionError("not expected to send load")
-
-    def warm_up(self, base_url, n, who):
-        raise AssertionError("not expected to warm up")
-
-
 @pytest.fixture
 def cfg_for(compose):
     return lambda overrides: compose([*BASE, *overrides])
 
 
-def deployment(cfg, folder) -> DisaggVllmDeployment:
-    return DisaggVllmDeployment(cfg, RunFolder(folder), NoLoad())
+@pytest.fixture
+def deployment(no_load):
+    return lambda cfg, folder: DisaggVllmDeployment(cfg, RunFolder(folder), no_load)
 
 
 # -- pure helpers ----------------------------------------------------------------------------------------------
@@ -140,20 +131,20 @@ def test_config_errors_before_any_work(cfg_for, overrides, match):
         cfg_for(overrides)
 
 
-def test_too_many_cpu_instances_are_refused_by_the_deployment(cfg_for, tmp_path):
+def test_too_many_cpu_instances_are_refused_by_the_deployment(deployment, cfg_for, tmp_path):
     cfg = cfg_for(["system=distserve", "system.prefill_instances=3", "system.decode_instances=3", "engine.max_instances=5"])
     with pytest.raises(DeploymentError, match="3 GiB"):
         deployment(cfg, tmp_path)
 
 
-def test_valid_distserve_config_constructs(cfg_for, tmp_path):
+def test_valid_distserve_config_constructs(deployment, cfg_for, tmp_path):
     dep = deployment(cfg_for(["system=distserve"]), tmp_path)
     assert dep.device == "cpu" and not dep.has_pool and dep.servers == []
     assert dep.policy == "load_balancing"  # system=distserve's least_loaded, canonical
 
 
 @pytest.fixture
-def mooncake(cfg_for, tmp_path, monkeypatch):
+def mooncake(deployment, cfg_for, tmp_path, monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     cfg = cfg_for(["system=mooncake", "system.prefill_instances=2", "system.decode_instances=1"])
     dep = deployment(cfg, tmp_path / "run")
@@ -206,7 +197,7 @@ def test_mooncake_router_config(mooncake):
     assert parsed.prefill[0].bootstrap == "http://127.0.0.1:1" and parsed.policy == "conductor"
 
 
-def test_gpu_roles_take_their_own_devices_and_tp(cfg_for, tmp_path):
+def test_gpu_roles_take_their_own_devices_and_tp(deployment, cfg_for, tmp_path):
     cfg = cfg_for(["system=distserve", "engine.device=gpu", "system.prefill_instances=2", "system.decode_instances=1",
                    "engine.prefill.devices=[4,5]", "engine.decode.tensor_parallel_size=2"])
     dep = deployment(cfg, tmp_path / "run")
@@ -219,7 +210,7 @@ def test_gpu_roles_take_their_own_devices_and_tp(cfg_for, tmp_path):
     assert specs["p0"].kv_transfer_config["kv_connector_extra_config"]["mooncake_protocol"] == "rdma"
 
 
-def test_gpu_role_with_too_few_devices_is_refused(cfg_for, tmp_path):
+def test_gpu_role_with_too_few_devices_is_refused(deployment, cfg_for, tmp_path):
     cfg = cfg_for(["system=distserve", "engine.device=gpu", "system.prefill_instances=2", "engine.prefill.devices=[4]"])
     dep = deployment(cfg, tmp_path / "run")
     dep._bootstrap = {"p0": "127.0.0.1:1", "p1": "127.0.0.1:2"}

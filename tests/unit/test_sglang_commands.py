@@ -29,23 +29,14 @@ from systems.launch.sglang_commands import (
 )
 
 
-class NoLoad:
-    """A load driver for deployments that never get to serve."""
-
-    def run(self, requests, target):
-        raise AssertionError("not expected to send load")
-
-    def warm_up(self, base_url, n, who):
-        raise AssertionError("not expected to warm up")
-
-
 @pytest.fixture
 def cfg_for(compose):
     return lambda overrides: compose(["engine=sglang", "system=distserve", *overrides])
 
 
-def deployment(cfg, folder) -> SglangDeployment:
-    return SglangDeployment(cfg, RunFolder(folder), NoLoad())
+@pytest.fixture
+def deployment(no_load):
+    return lambda cfg, folder: SglangDeployment(cfg, RunFolder(folder), no_load)
 
 
 def arg(cmd: list[str], flag: str) -> str:
@@ -360,7 +351,7 @@ def test_plan_colocated_for_vllm_baseline(cfg_for):
 # ----------------------------------------------------------------------------- refusing on this host
 
 
-def test_deployment_refuses_without_a_gpu(cfg_for, tmp_path, monkeypatch):
+def test_deployment_refuses_without_a_gpu(deployment, cfg_for, tmp_path, monkeypatch):
     monkeypatch.setattr(sglang_deployment, "resolve_device", lambda requested: "cpu")
     started = []
     monkeypatch.setattr(sglang_deployment.ManagedProcess, "start", lambda self, *a, **k: started.append(a))
@@ -369,7 +360,7 @@ def test_deployment_refuses_without_a_gpu(cfg_for, tmp_path, monkeypatch):
     assert started == []
 
 
-def test_deployment_refuses_without_sglang_and_names_the_pip_package(cfg_for, tmp_path, monkeypatch):
+def test_deployment_refuses_without_sglang_and_names_the_pip_package(deployment, cfg_for, tmp_path, monkeypatch):
     monkeypatch.setattr(sglang_deployment, "resolve_device", lambda requested: "gpu")
     monkeypatch.setattr(sglang_deployment.importlib.util, "find_spec", lambda name: None)
     started = []
@@ -391,6 +382,6 @@ def test_missing_requirements_lists_what_the_plan_needs():
 
 
 @pytest.mark.skipif(sglang_deployment.resolve_device("auto") == "gpu", reason="this host has a GPU")
-def test_this_gpu_less_host_is_refused_unpatched(cfg_for, tmp_path):
+def test_this_gpu_less_host_is_refused_unpatched(deployment, cfg_for, tmp_path):
     with pytest.raises(DeploymentError, match="NVIDIA GPU"), deployment(cfg_for([]), tmp_path):
         pass

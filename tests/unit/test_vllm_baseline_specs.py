@@ -15,26 +15,17 @@ from systems.launch.vllm_server import server_command, server_env
 from systems.router.commands import colocated_router_command, disaggregated_router_command
 
 
-class NoLoad:
-    """A load driver for deployments that are built but never serve."""
-
-    def run(self, requests, target):
-        raise AssertionError("not expected to send load")
-
-    def warm_up(self, base_url, n, who):
-        raise AssertionError("not expected to warm up")
-
-
 @pytest.fixture
 def cfg_for(compose):
     return lambda overrides: compose(["experiment=vllm_baseline_cpu", *overrides])
 
 
-def deployment(cfg, folder) -> VllmBaselineDeployment:
-    return VllmBaselineDeployment(cfg, RunFolder(folder), NoLoad())
+@pytest.fixture
+def deployment(no_load):
+    return lambda cfg, folder: VllmBaselineDeployment(cfg, RunFolder(folder), no_load)
 
 
-def test_cpu_instances_are_pinned_one_per_core_and_niced(cfg_for, tmp_path):
+def test_cpu_instances_are_pinned_one_per_core_and_niced(deployment, cfg_for, tmp_path):
     specs = deployment(cfg_for([]), tmp_path)._server_specs(tmp_path)
     assert [s.cpu_omp_threads_bind for s in specs] == ["0", "1"]
     assert all(s.device == "cpu" and s.nice == 10 and s.enable_prefix_caching for s in specs)
@@ -45,7 +36,7 @@ def test_cpu_instances_are_pinned_one_per_core_and_niced(cfg_for, tmp_path):
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0" and env["VLLM_TARGET_DEVICE"] == "cpu"
 
 
-def test_gpu_instances_get_disjoint_devices(cfg_for, tmp_path):
+def test_gpu_instances_get_disjoint_devices(deployment, cfg_for, tmp_path):
     cfg = cfg_for(["engine.device=gpu", "engine.tensor_parallel_size=2", "system.colocated_instances=3"])
     specs = deployment(cfg, tmp_path)._server_specs(tmp_path)
     assert [s.extra_env["CUDA_VISIBLE_DEVICES"] for s in specs] == ["0,1", "2,3", "4,5"]
@@ -57,7 +48,7 @@ def test_gpu_instances_get_disjoint_devices(cfg_for, tmp_path):
 @pytest.mark.parametrize(("router", "policy"), [("least_loaded", "least_outstanding"),
                                                 ("load_balancing", "least_outstanding"),
                                                 ("local_cache_aware", "cache_aware"), ("random", "random")])
-def test_the_router_runs_the_canonical_policy(cfg_for, tmp_path, router, policy):
+def test_the_router_runs_the_canonical_policy(deployment, cfg_for, tmp_path, router, policy):
     assert deployment(cfg_for([f"system.router={router}"]), tmp_path).policy == policy
 
 
