@@ -8,32 +8,20 @@ drawn; the exit status is then 1.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
 
 from figures.render import KINDS, FigureError, render_job
-from harness.result_files import SUMMARY_FILE
+from figures.study_tables import finished_jobs
 
 log = logging.getLogger("figures")
 
 
 def find_jobs(results_dir: Path, experiment: str | None = None) -> list[tuple[Path, str]]:
     """(job folder, kind) of every finished job under ``results_dir``."""
-    jobs = []
-    for summary_path in sorted(results_dir.rglob(SUMMARY_FILE)):
-        try:
-            summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            log.warning("skipping %s: unreadable summary (%s)", summary_path, exc)
-            continue
-        if summary.get("status") != "ok":
-            continue
-        if experiment and summary.get("experiment") != experiment:
-            continue
-        jobs.append((summary_path.parent, str(summary.get("kind", ""))))
-    return jobs
+    return [(folder, str(summary.get("kind", ""))) for folder, summary in finished_jobs(results_dir)
+            if not experiment or summary.get("experiment") == experiment]
 
 
 def main(argv: list[str] | None = None) -> int:

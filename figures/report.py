@@ -12,7 +12,6 @@ says whether the claim holds here (``holds`` / ``does not hold``) or how to run 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections.abc import Iterable, Sequence
@@ -22,8 +21,8 @@ from pathlib import Path
 from typing import Optional
 
 from figures.report_claims import CLAIMS, Claim, MissingData, Outcome
-from figures.study_tables import JobFolder
-from harness.result_files import REPORT_FILE, SUMMARY_FILE
+from figures.study_tables import JobFolder, finished_jobs
+from harness.result_files import REPORT_FILE
 
 log = logging.getLogger(__name__)
 
@@ -52,18 +51,13 @@ def find_latest_jobs(results_dirs: Iterable[Path]) -> dict[str, JobFolder]:
         if not root.is_dir():
             log.warning("results directory %s does not exist", root)
             continue
-        for path in sorted(root.rglob(SUMMARY_FILE)):
-            try:
-                summary = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
-                log.warning("skipping %s: unreadable summary (%s)", path, exc)
+        for folder, summary in finished_jobs(root):
+            if not summary.get("experiment"):
                 continue
-            if summary.get("status") != "ok" or not summary.get("experiment"):
-                continue
-            key = _job_key(summary, path.parent)
+            key = _job_key(summary, folder)
             name = str(summary["experiment"])
             if name not in best or key > best[name][0]:
-                best[name] = (key, path.parent)
+                best[name] = (key, folder)
     return {name: JobFolder(path) for name, (_, path) in best.items()}
 
 

@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,19 @@ class JobFolder:
         if not file.is_file():
             raise FileNotFoundError(f"{file}: the job wrote no {name}")
         return json.loads(file.read_text(encoding="utf-8"))
+
+
+def finished_jobs(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """``(job folder, summary)`` of every job under ``root`` whose ``summary.json`` says ``ok`` (an
+    unreadable summary is logged and skipped), in path order."""
+    for path in sorted(Path(root).rglob(SUMMARY_FILE)):
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            log.warning("skipping %s: unreadable summary (%s)", path, exc)
+            continue
+        if summary.get("status") == "ok":
+            yield path.parent, summary
 
 
 def split_label(label: str) -> tuple[str, str]:

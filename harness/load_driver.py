@@ -1,14 +1,15 @@
 """The load generator as the engine contract's :class:`~systems.contract.LoadDriver`: what HTTP
 deployments are handed to send their warm-up and their measured workloads.
 
-It binds the run's model (for prompt tokens), seed and ``engine.load`` settings, so a deployment only
-says where to send (a :class:`~systems.contract.TargetConfig`). Warm-up prompts use hash ids no workload
+It binds the run's model (for prompt tokens and the served name), seed and ``engine.load`` settings
+(limits, timeouts), so a deployment only says where to send. Warm-up prompts use hash ids no workload
 uses, so they never warm a prefix a measured request will ask for.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from harness.loadgen import LoadGenOptions, LoadResult, TargetConfig, run_load
 from harness.prompts import build_prompts
@@ -39,7 +40,10 @@ class LoadGenDriver:
     seed: int
     load: LoadConfig
 
-    def run(self, requests: WorkloadRequests, target: TargetConfig) -> LoadResult:
+    def run(self, requests: WorkloadRequests, base_url: str, served_model: Optional[str] = None,
+            api_key: Optional[str] = None) -> LoadResult:
+        target = TargetConfig(base_url=base_url, model=served_model or self.model.name, api_key=api_key,
+                              request_timeout_s=self.load.request_timeout_s)
         prompts = build_prompts(requests.specs, self.model, seed=self.seed)
         options = LoadGenOptions(max_outstanding=self.load.max_outstanding, progress=self.load.progress,
                                  n_processes=self.load.processes, drain_timeout_s=self.load.request_timeout_s)

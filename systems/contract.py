@@ -103,16 +103,6 @@ class Deployment(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
-@dataclass(frozen=True)
-class TargetConfig:
-    """An OpenAI-compatible server: ``POST {base_url}/v1/completions`` with ``model``."""
-
-    base_url: str
-    model: str
-    api_key: Optional[str] = None
-    request_timeout_s: float = 600.0  # from send to the end of the response; then the request fails
-
-
 class LoadRun(Protocol):
     """What one load run returns (``harness.loadgen.LoadResult``)."""
 
@@ -128,10 +118,12 @@ class LoadRun(Protocol):
 
 class LoadDriver(Protocol):
     """Sends a workload to an HTTP deployment: the harness's load generator, bound to the run's model,
-    seed and ``engine.load`` settings."""
+    seed and ``engine.load`` settings (prompt tokens, limits, timeouts); the deployment only says where."""
 
-    def run(self, requests: WorkloadRequests, target: TargetConfig) -> LoadRun:
-        """Issue ``requests`` on their schedule against ``target``; one record per request."""
+    def run(self, requests: WorkloadRequests, base_url: str, served_model: Optional[str] = None,
+            api_key: Optional[str] = None) -> LoadRun:
+        """Issue ``requests`` on their schedule to the OpenAI-compatible server at ``base_url`` (model
+        ``served_model``, default the run's model name); one record per request."""
         ...
 
     def warm_up(self, base_url: str, n: int, who: str) -> None:

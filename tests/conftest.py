@@ -39,7 +39,7 @@ def compose() -> Callable[..., Any]:
 class NoLoad:
     """A load driver for deployments that are built but never serve: any use fails the test."""
 
-    def run(self, requests: Any, target: Any) -> Any:
+    def run(self, requests: Any, base_url: str, served_model: Any = None, api_key: Any = None) -> Any:
         raise AssertionError("not expected to send load")
 
     def warm_up(self, base_url: str, n: int, who: str) -> None:

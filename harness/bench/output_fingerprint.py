@@ -1,7 +1,7 @@
 """Fingerprints of the simulator presets' outputs, to show a change left results alone (run by hand):
 ``python -m harness.bench.output_fingerprint [--results-dir results]``.
 
-For the newest finished job of every experiment under the results folder it prints the sha256 of
+For the newest finished job of every experiment under the results folder (as the report picks it) it prints the sha256 of
 ``requests.parquet`` (the raw bytes) and of ``study.csv`` with its wall-clock columns (``*wall_s``, how
 long a simulation took on this machine) removed and every other byte kept. Run it on two checkouts (or
 before and after a change) on the same machine and compare the lines: identical lines mean identical
@@ -14,11 +14,11 @@ import argparse
 import csv
 import hashlib
 import io
-import json
 import sys
 from pathlib import Path
 
-from harness.result_files import REQUESTS_FILE, STUDY_FILE, SUMMARY_FILE
+from figures.report import find_latest_jobs
+from harness.result_files import REQUESTS_FILE, STUDY_FILE
 
 WALL_CLOCK_SUFFIX = "wall_s"
 
@@ -35,22 +35,12 @@ def study_fingerprint(path: Path) -> str:
     return hashlib.sha256(out.getvalue().encode("utf-8")).hexdigest()
 
 
-def newest_jobs(results_dir: Path) -> dict[str, Path]:
-    """experiment -> its newest job folder whose summary says ``ok``."""
-    newest: dict[str, Path] = {}
-    for summary_path in sorted(results_dir.rglob(SUMMARY_FILE)):
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        if summary.get("status") == "ok" and summary.get("experiment"):
-            newest[str(summary["experiment"])] = summary_path.parent  # sorted: later folders win
-    return newest
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.bench.output_fingerprint",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--results-dir", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
-    jobs = newest_jobs(args.results_dir)
+    jobs = {name: job.path for name, job in find_latest_jobs([args.results_dir]).items()}
     if not jobs:
         print(f"no finished jobs under {args.results_dir}", file=sys.stderr)
         return 1

@@ -1,15 +1,21 @@
-"""What the load generator is pointed at (``TargetConfig``, part of the engine contract), how it runs, and
-what it returns."""
+"""What the load generator is pointed at, how it runs, and what it returns."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from harness.records import RequestRecord
-from systems.contract import TargetConfig
 
-__all__ = ["LoadGenOptions", "LoadResult", "TargetConfig"]
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """An OpenAI-compatible server: ``POST {base_url}/v1/completions`` with ``model``."""
+
+    base_url: str
+    model: str
+    api_key: Optional[str] = None
+    request_timeout_s: float = 600.0  # from send to the end of the response; then the request fails
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,7 @@ import logging
 import os
 from typing import Any
 
-from systems.contract import (
-    DeploymentConfig,
-    DeploymentError,
-    EngineResult,
-    JobFolder,
-    LoadDriver,
-    TargetConfig,
-)
+from systems.contract import DeploymentConfig, DeploymentError, EngineResult, JobFolder, LoadDriver
 from systems.deployments.http_point import run_http_point, scrape
 from systems.engine_config import EndpointEngineConfig
 from systems.launch.processes import http_get
@@ -67,10 +60,9 @@ class EndpointDeployment:
         return False
 
     def run_point(self, requests: WorkloadRequests, folder: JobFolder) -> EngineResult:
-        target = TargetConfig(base_url=self.base_url, model=str(self.model), api_key=self.api_key,
-                              request_timeout_s=self.engine.load.request_timeout_s)
         metrics = {"endpoint": self.metrics_url} if self.metrics_reachable else {}
-        return run_http_point(self.driver, requests, target, metrics, n_gpus=int(self.engine.n_gpus))
+        return run_http_point(self.driver, requests, self.base_url, metrics, n_gpus=int(self.engine.n_gpus),
+                              served_model=str(self.model), api_key=self.api_key)
 
     def check_health(self) -> None:
         self._models()

@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from systems.contract import EngineResult, LoadDriver, TargetConfig
+from systems.contract import EngineResult, LoadDriver
 from systems.launch.processes import http_get
 from systems.launch.prometheus import VllmCacheMetrics, delta
 from workloads.base import WorkloadRequests
@@ -69,11 +69,11 @@ def cache_info(before: Mapping[str, Optional[VllmCacheMetrics]],
     return info
 
 
-def run_http_point(driver: LoadDriver, requests: WorkloadRequests, target: TargetConfig,
-                   metrics_urls: Mapping[str, str], n_gpus: int) -> EngineResult:
-    """Replay ``requests`` against ``target`` and return its records with the engines' cache counters."""
+def run_http_point(driver: LoadDriver, requests: WorkloadRequests, base_url: str, metrics_urls: Mapping[str, str],
+                   n_gpus: int, served_model: Optional[str] = None, api_key: Optional[str] = None) -> EngineResult:
+    """Replay ``requests`` against ``base_url`` and return its records with the engines' cache counters."""
     before = scrape_all(metrics_urls)
-    result = driver.run(requests, target)
+    result = driver.run(requests, base_url, served_model, api_key)
     after = scrape_all(metrics_urls)
     info = {**cache_info(before, after), **{f"loadgen_{k}": v for k, v in result.info.items()
                                             if isinstance(v, int | float | str | bool)}}

@@ -34,14 +34,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 from harness.result_files import SERVERS_DIR
-from systems.contract import (
-    DeploymentConfig,
-    DeploymentError,
-    EngineResult,
-    JobFolder,
-    LoadDriver,
-    TargetConfig,
-)
+from systems.contract import DeploymentConfig, DeploymentError, EngineResult, JobFolder, LoadDriver
 from systems.deployments.http_point import run_http_point
 from systems.engine_config import SglangEngineConfig
 from systems.launch.lifecycle import ProcessDeployment
@@ -354,11 +347,9 @@ class SglangDeployment(ProcessDeployment):
     def run_point(self, requests: WorkloadRequests, folder: JobFolder) -> EngineResult:
         self.check_health()
         self._warm_up_and_reset()
-        target = TargetConfig(base_url=self.router_url, model=self.cfg.model.name,
-                              request_timeout_s=self.engine.load.request_timeout_s)
         # SGLang's /metrics uses its own names (sglang:...), not the vLLM counters run_http_point reads, so
         # no scrape: the summary says metrics_scraped=false instead of reporting zero hits.
-        return run_http_point(self.driver, requests, target, {}, n_gpus=self.n_gpus)
+        return run_http_point(self.driver, requests, self.router_url, {}, n_gpus=self.n_gpus)
 
     def describe(self) -> dict[str, Any]:
         hc = self.engine.hicache

@@ -16,14 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.result_files import SERVERS_DIR
-from systems.contract import (
-    DeploymentConfig,
-    DeploymentError,
-    EngineResult,
-    JobFolder,
-    LoadDriver,
-    TargetConfig,
-)
+from systems.contract import DeploymentConfig, DeploymentError, EngineResult, JobFolder, LoadDriver
 from systems.deployments.http_point import run_http_point
 from systems.engine_config import VllmEngineConfig
 from systems.launch.lifecycle import ProcessDeployment
@@ -105,11 +98,9 @@ class VllmBaselineDeployment(ProcessDeployment):
     def run_point(self, requests: WorkloadRequests, folder: JobFolder) -> EngineResult:
         self.check_health()
         self._warm_up_and_reset()
-        target = TargetConfig(base_url=self.router_url, model=self.cfg.model.name,
-                              request_timeout_s=self.engine.load.request_timeout_s)
         metrics_urls = {s.spec.name: f"{s.url}/metrics" for s in self.servers}
         n_devices = len(self.servers) * (self.engine.tensor_parallel_size if self.device == "gpu" else 1)
-        return run_http_point(self.driver, requests, target, metrics_urls, n_gpus=n_devices)
+        return run_http_point(self.driver, requests, self.router_url, metrics_urls, n_gpus=n_devices)
 
     def describe(self) -> dict[str, Any]:
         return {"device": self.device, "instances": [s.spec.name for s in self.servers],

@@ -50,6 +50,7 @@ HOST = "127.0.0.1"
 ROUTER_KEY = web.AppKey("pd_router", object)
 _UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 _MAX_BODY_BYTES = 64 * 1024 * 1024
+_SSE_DONE = b"data: [DONE]"  # how an OpenAI-compatible event stream ends; a stream without it was cut
 
 
 @dataclass
@@ -329,11 +330,15 @@ async def _stream(request: web.Request, router: PDRouter, inst: Instance, body: 
     resp.headers["x-instance"] = label
     first: Optional[float] = None
     events = 0
+    sse = "text/event-stream" in resp.headers["Content-Type"]
+    tail = b""  # the last bytes seen, to find the stream's closing "data: [DONE]" across chunk borders
     try:
         await resp.prepare(request)
         while True:
             try:
                 chunk = await upstream.content.readany()
+                if not chunk and sse and upstream.status == 200 and _SSE_DONE not in tail:
+                    raise ConnectionError("the event stream ended before its closing event")
             except _UPSTREAM_ERRORS as exc:
                 router.counts["decode_errors"] += 1
                 reason = f"instance {inst.name} broke the stream: {type(exc).__name__}: {exc}"
@@ -351,6 +356,7 @@ async def _stream(request: web.Request, router: PDRouter, inst: Instance, body: 
             if first is None:
                 first = time.monotonic() - t0
             events += chunk.count(b"data: ")
+            tail = (tail + chunk)[-64:]
             await resp.write(chunk)
         await resp.write_eof()
         if decode_index is not None and first is not None and events > 2:  # tokens + the final [DONE]

@@ -87,6 +87,7 @@ class FakeDecode:
     n_chunks: int = 3
     bodies: list[dict[str, Any]] = field(default_factory=list)
     break_after: Optional[int] = None  # drop the connection after this many chunks
+    close_cleanly: bool = False  # with break_after: end the response properly, without data: [DONE]
 
     def chunks(self) -> list[bytes]:
         out = []
@@ -108,6 +109,9 @@ class FakeDecode:
             await resp.prepare(request)
             for k, chunk in enumerate(self.chunks()):
                 if k == self.break_after:
+                    if self.close_cleanly:  # what a server killed between two events can look like
+                        await resp.write_eof()
+                        return resp
                     assert request.transport is not None
                     request.transport.abort()
                     return resp
@@ -299,10 +303,12 @@ def test_dead_decode_is_marked_down_and_avoided(tmp_path):
     run(go())
 
 
-def test_broken_stream_ends_with_an_sse_error_and_marks_the_decode_down(tmp_path):
+@pytest.mark.parametrize("close_cleanly", [False, True])
+def test_broken_stream_ends_with_an_sse_error_and_marks_the_decode_down(tmp_path, close_cleanly):
     async def go() -> None:
         async with cluster(tmp_path) as c:
             c.decodes["d0"].break_after = 1
+            c.decodes["d0"].close_cleanly = close_cleanly
             resp = await c.client.post("/v1/completions", json=request_body(), headers={"X-Request-Id": "b"})
             assert resp.status == 200 and resp.headers["x-instance"] == "p0->d0"
             received = b""

@@ -35,14 +35,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.result_files import SERVERS_DIR
-from systems.contract import (
-    DeploymentConfig,
-    DeploymentError,
-    EngineResult,
-    JobFolder,
-    LoadDriver,
-    TargetConfig,
-)
+from systems.contract import DeploymentConfig, DeploymentError, EngineResult, JobFolder, LoadDriver
 from systems.deployments.disagg import facts
 from systems.deployments.disagg.router_config import RoutedInstance, router_config
 from systems.deployments.http_point import run_http_point, scrape_all
@@ -272,8 +265,6 @@ class DisaggVllmDeployment(ProcessDeployment):
     def run_point(self, requests: WorkloadRequests, folder: JobFolder) -> EngineResult:
         self.check_health()
         self._warm_up_and_reset()
-        target = TargetConfig(base_url=self.router_url, model=self.cfg.model.name,
-                              request_timeout_s=self.engine.load.request_timeout_s)
         router_log = self.run_dir / ROUTER_LOG
         transfer_log = self.run_dir / TRANSFER_LOG
         offsets = {p: facts.file_size(p) for p in (router_log, transfer_log, *self._prefill_logs())}
@@ -282,7 +273,7 @@ class DisaggVllmDeployment(ProcessDeployment):
         puts_failed_before = facts.store_failed_puts(prefill_urls) if self.has_pool else 0.0
         metrics_urls = {s.spec.name: f"{s.url}/metrics" for s in self.servers}
         n_devices = sum(s.spec.tensor_parallel_size for s in self.servers) if self.device == "gpu" else len(self.servers)
-        result = run_http_point(self.driver, requests, target, metrics_urls, n_gpus=n_devices)
+        result = run_http_point(self.driver, requests, self.router_url, metrics_urls, n_gpus=n_devices)
         after = scrape_all(prefill_urls)
         puts_failed = facts.store_failed_puts(prefill_urls) - puts_failed_before if self.has_pool else 0.0
         routed = facts.read_jsonl(router_log, offsets[router_log])
