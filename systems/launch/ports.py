@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import random
 import socket
 from pathlib import Path
 
@@ -26,8 +27,33 @@ class PortInUseError(UserError, RuntimeError):
                          f"stop that process or choose another port")
 
 
+LISTEN_PORTS_FROM = 20000  # servers get ports from here up to the kernel's ephemeral range
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_PROBES = 64
+
+
+def ephemeral_start(path: Path = EPHEMERAL_RANGE) -> int:
+    """The first port the kernel hands to outgoing connections (32768 on Linux by default)."""
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    """A TCP port on 127.0.0.1 that was free a moment ago.
+
+    It is drawn from below the kernel's ephemeral range, so that the many outgoing connections a run
+    makes (health probes, clients, the KV transfer engine) cannot take it in the seconds between this
+    choice and the server's bind. Where that range is empty, the OS picks one (port 0).
+    """
+    low, high = LISTEN_PORTS_FROM, ephemeral_start()
+    if high > low:
+        draw = random.SystemRandom()
+        for _ in range(_PROBES):
+            port = draw.randrange(low, high)
+            if port_is_free(port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])

@@ -228,15 +228,16 @@ def test_3_full_pool_refuses_puts_and_serving_goes_on(deployment: DisaggVllmDepl
 def test_4_killed_decode_fails_its_requests_and_traffic_moves(deployment: DisaggVllmDeployment, client: Client) -> None:
     d0 = next(s for s in deployment.servers if s.spec.name == "d0")
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
-        futures = [pool.submit(client.send, _prompt(300 + k, 300), 1500) for k in range(6)]  # streams of ~10 s
-        time.sleep(3.0)  # streams are under way on both decode instances
-        killed_at = time.monotonic()
+        # 6 x 3,000 tokens: several seconds of streaming even at ~3,000 tokens/s, so the kill lands mid-stream
+        futures = [pool.submit(client.send, _prompt(300 + k, 300), 3000) for k in range(6)]
+        time.sleep(3.0)
         _kill_group(d0.process)
         results = [f.result() for f in futures]
-    in_flight = [r for r in results if client.log(r["id"]).get("decode") == "d0" and r["end"] > killed_at]
-    assert in_flight, "no request was streaming from d0 when it was killed"
-    for r in in_flight:
-        assert not r["ok"] and "d0" in r["text"], r["text"][-500:]  # a clear reason naming the instance
+    on_d0 = [r for r in results if client.log(r["id"]).get("decode") == "d0"]
+    cut = [r for r in on_d0 if not r["ok"]]  # a stream d0 had not finished (one that had, ends with [DONE])
+    assert cut, f"no request was streaming from d0 when it was killed: {[r['ok'] for r in on_d0]}"
+    for r in cut:
+        assert "d0" in r["text"], r["text"][-500:]  # a clear reason naming the instance
     later = [client.send(_prompt(400 + k, 200), max_tokens=8) for k in range(4)]
     assert all(r["ok"] and r["instance"].endswith("->d1") for r in later), later
 
