@@ -19,12 +19,13 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
 from aiohttp import web
+
+from systems.launch.processes import stop_event_on_signals
 
 logger = logging.getLogger("systems.launch.kv_bootstrap")
 
@@ -90,10 +91,7 @@ def create_app() -> web.Application:
 
 async def _serve(ports: Sequence[int]) -> None:
     runners = []
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_event_on_signals()
     try:
         for port in ports:
             runner = web.AppRunner(create_app(), access_log=None)

@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -23,6 +22,7 @@ from typing import Any, Optional
 from aiohttp import web
 
 from systems.launch.mooncake_store import MIN_SEGMENT_BYTES, P2P_HANDSHAKE, parse_size
+from systems.launch.processes import stop_event_on_signals
 
 logger = logging.getLogger("systems.launch.pool_node")
 
@@ -50,10 +50,7 @@ async def _serve(args: argparse.Namespace) -> None:
     app.router.add_get("/health", health)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_event_on_signals()
     try:
         await web.TCPSite(runner, HOST, args.port).start()
         logger.info("pool node: %s segment mounted at master %s; health on http://%s:%d/health",

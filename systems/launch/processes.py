@@ -9,6 +9,7 @@ turns SIGTERM into an exception so ``finally`` blocks (and so the teardown) run 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -291,3 +292,13 @@ def sigterm_as_exception() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def stop_event_on_signals() -> asyncio.Event:
+    """An event SIGTERM or SIGINT sets: a helper server process (router, pool node, bootstrap registry)
+    serves until it is set, then cleans up and exits 0. Call it inside the running event loop."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop

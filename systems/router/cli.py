@@ -10,11 +10,11 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from systems.launch.processes import stop_event_on_signals
 from systems.policies import POLICY_NAMES, RoutingPolicy, build_policy, policy_parameters
 from systems.router.app import DEFAULT_BLOCK_SIZE, create_app, start_router
 from systems.router.state import parse_backend
@@ -63,10 +63,7 @@ async def _serve(args: argparse.Namespace) -> None:
     app = create_app(
         [parse_backend(b) for b in args.backend], policy_from_args(args), block_size=args.block_size
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_event_on_signals()
     runner, _ = await start_router(app, args.port)
     try:
         await stop.wait()

@@ -311,6 +311,15 @@ async def _route(request: web.Request, router: PDRouter, body: dict[str, Any], p
         d_state.kv_tokens -= kv_tokens
 
 
+def _decode_failed(router: PDRouter, decode_index: Optional[int], entry: dict[str, Any], reason: str) -> str:
+    """Count a failed decode hand-off, mark a decode instance down, log the request failed; returns ``reason``."""
+    router.counts["decode_errors"] += 1
+    if decode_index is not None:
+        router.mark_decode_down(decode_index, reason)
+    entry["status"] = "failed"
+    return reason
+
+
 async def _stream(request: web.Request, router: PDRouter, inst: Instance, body: dict[str, Any], label: str,
                   entry: dict[str, Any], decode_index: Optional[int]) -> web.StreamResponse:
     """Send ``body`` to ``inst`` and stream its answer back; a failure of a decode instance marks it down."""
@@ -319,11 +328,8 @@ async def _stream(request: web.Request, router: PDRouter, inst: Instance, body: 
     try:
         upstream = await router.session.post(f"{inst.url}/v1/completions", json=body)
     except _UPSTREAM_ERRORS as exc:
-        router.counts["decode_errors"] += 1
-        reason = f"instance {inst.name} ({inst.url}) unreachable: {type(exc).__name__}: {exc}"
-        if decode_index is not None:
-            router.mark_decode_down(decode_index, reason)
-        entry["status"] = "failed"
+        reason = _decode_failed(router, decode_index, entry,
+                                f"instance {inst.name} ({inst.url}) unreachable: {type(exc).__name__}: {exc}")
         return _json_error(502, reason, "decode_failed")
     resp = web.StreamResponse(status=upstream.status)
     resp.headers["Content-Type"] = upstream.headers.get("Content-Type", "application/json")
@@ -340,11 +346,8 @@ async def _stream(request: web.Request, router: PDRouter, inst: Instance, body: 
                 if not chunk and sse and upstream.status == 200 and _SSE_DONE not in tail:
                     raise ConnectionError("the event stream ended before its closing event")
             except _UPSTREAM_ERRORS as exc:
-                router.counts["decode_errors"] += 1
-                reason = f"instance {inst.name} broke the stream: {type(exc).__name__}: {exc}"
-                if decode_index is not None:
-                    router.mark_decode_down(decode_index, reason)
-                entry["status"] = "failed"
+                reason = _decode_failed(router, decode_index, entry,
+                                        f"instance {inst.name} broke the stream: {type(exc).__name__}: {exc}")
                 message = json.dumps({"error": {"message": reason, "type": "decode_failed"}})
                 with contextlib.suppress(ConnectionError):
                     await resp.write(f"data: {message}\n\n".encode())

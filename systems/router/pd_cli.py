@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Optional
 
 from aiohttp import web
 
+from systems.launch.processes import stop_event_on_signals
 from systems.router.kv_events import KVEventIndex
 from systems.router.pd_app import HOST, PDRouter, RouterConfig, create_app
 from systems.router.pool_index import PoolIndex, VllmBlockHasher
@@ -39,10 +39,7 @@ async def _serve(cfg: RouterConfig, port: int, stats_out: Optional[Path]) -> Non
     router = PDRouter(cfg, pool, events, hasher)
     runner = web.AppRunner(create_app(router), access_log=None, handler_cancellation=True, shutdown_timeout=2.0)
     await runner.setup()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_event_on_signals()
     try:
         await web.TCPSite(runner, HOST, port, backlog=1024).start()
         logger.info("disaggregating router on http://%s:%d: %d prefill, %d decode, %d mixed; policy %s; pool %s",

@@ -44,7 +44,6 @@ from systems.topology import ROLES
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class PoolSetup:
     """``count`` identical instances of one role."""

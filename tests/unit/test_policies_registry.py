@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from systems.policies import (
-    POLICY_NAMES,
-    CacheAwarePolicy,
-    InstanceLoad,
-    LeastOutstandingPolicy,
-    RandomPolicy,
-    RoundRobinPolicy,
-    RouteRequest,
-    build_policy,
-    policy_parameters,
-)
+from systems.policies import POLICY_NAMES, build_policy, policy_parameters
+from systems.policies.base import InstanceLoad, RouteRequest
+from systems.policies.cache_aware import CacheAwarePolicy
+from systems.policies.simple import LeastOutstandingPolicy, RandomPolicy, RoundRobinPolicy
 
 
 def test_every_name_builds_its_policy() -> None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from systems.config import HardwareConfig, ModelConfig
+
 ArrayLike = float | int | np.ndarray
 
 
@@ -72,3 +74,21 @@ class PerfModel(ABC):
     def describe(self) -> dict[str, object]:
         return {"name": self.name, "kv_bytes_per_token": self.kv_bytes_per_token,
                 "kv_capacity_tokens": self.kv_capacity_tokens}
+
+
+class ShapedPerfModel(PerfModel):
+    """A performance model of one model on one instance shape of one hardware type: the KV bytes per
+    token follow from the model, the KV capacity is what the subclass computed (``_kv_capacity``)."""
+
+    _kv_capacity: int
+
+    def __init__(self, model: ModelConfig, hw: HardwareConfig, shape: InstanceShape) -> None:
+        self.model, self.hw, self.shape = model, hw, shape
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.model.kv_bytes_per_token
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self._kv_capacity

@@ -29,7 +29,7 @@ from typing import Optional
 import numpy as np
 
 from systems.config import HardwareConfig, ModelConfig
-from systems.sim.perf.base import ArrayLike, InstanceShape, PerfModel
+from systems.sim.perf.base import ArrayLike, InstanceShape, ShapedPerfModel
 from systems.sim.perf.profiles import (
     DISTSERVE_JSON,
     DISTSERVE_MAX_TOKENS_CSV,
@@ -76,7 +76,7 @@ def load_max_num_tokens(path: str) -> MappingProxyType[tuple[str, int, int], int
     return MappingProxyType(rows)
 
 
-class DistServeFitModel(PerfModel):
+class DistServeFitModel(ShapedPerfModel):
     """DistServe's fitted prefill/decode latencies for OPT-13B/66B on A100-80GB (see the module docstring)."""
 
     name = "distserve"
@@ -101,7 +101,7 @@ class DistServeFitModel(PerfModel):
             raise ValueError(f"{DISTSERVE_JSON[engine]} has {upstream} at tp {', '.join(map(str, sorted(per_tp)))}, "
                              f"not tp={shape.tp}")
         self.engine = engine
-        self.model, self.hw, self.shape = model, hw, shape
+        super().__init__(model, hw, shape)
         self._c = per_tp[shape.tp]
         self._pp = shape.pp
         self._kv_capacity = self._capacity(upstream, profiles_dir, gpu_memory_utilization, activation_reserve_gib)
@@ -115,14 +115,6 @@ class DistServeFitModel(PerfModel):
         if tokens is not None:
             return tokens
         return kv_capacity_tokens_for(self.model, self.hw, self.shape, util, reserve)
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        return self.model.kv_bytes_per_token
-
-    @property
-    def kv_capacity_tokens(self) -> int:
-        return self._kv_capacity
 
     @property
     def threshold(self) -> int:

@@ -35,7 +35,7 @@ from typing import Optional
 import numpy as np
 
 from systems.config import HardwareConfig, ModelConfig
-from systems.sim.perf.base import ArrayLike, InstanceShape, PerfModel
+from systems.sim.perf.base import ArrayLike, InstanceShape, ShapedPerfModel
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def kv_capacity_tokens_for(model: ModelConfig, hw: HardwareConfig, shape: Instan
     return tokens
 
 
-class RooflineModel(PerfModel):
+class RooflineModel(ShapedPerfModel):
     """Analytical model from the hardware catalog's peaks and efficiencies (see the module docstring)."""
 
     name = "roofline"
@@ -98,7 +98,7 @@ class RooflineModel(PerfModel):
             raise ValueError(f"overlap must be in [0, 1], got {overlap}")
         if attention_efficiency is not None and not 0 < attention_efficiency <= 1:
             raise ValueError(f"attention_efficiency must be in (0, 1], got {attention_efficiency}")
-        self.model, self.hw, self.shape = model, hw, shape
+        super().__init__(model, hw, shape)
         self.overlap = float(overlap)
         self._kv_bytes = model.kv_bytes_per_token
         self._kv_capacity = kv_capacity_tokens_for(model, hw, shape, gpu_memory_utilization, activation_reserve_gib)
@@ -129,14 +129,6 @@ class RooflineModel(PerfModel):
             if pp > 1:
                 self._comm_fixed += lat
                 self._comm_token += act_bytes / link
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        return self._kv_bytes
-
-    @property
-    def kv_capacity_tokens(self) -> int:
-        return self._kv_capacity
 
     def _combine(self, compute, memory, tokens):
         if isinstance(compute, np.ndarray) or isinstance(memory, np.ndarray):

@@ -42,7 +42,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from systems.config import HardwareConfig, ModelConfig
-from systems.sim.perf.base import ArrayLike, InstanceShape, PerfModel
+from systems.sim.perf.base import ArrayLike, InstanceShape, ShapedPerfModel
 from systems.sim.perf.profiles import SPLITWISE_CSV, find_profile
 from systems.sim.perf.roofline import check_shape, kv_capacity_tokens_for
 
@@ -154,7 +154,7 @@ def _interp_array(x: np.ndarray, xs: tuple[float, ...], ys: tuple[float, ...]) -
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
-class SplitwiseProfileModel(PerfModel):
+class SplitwiseProfileModel(ShapedPerfModel):
     """Interpolation of splitwise-sim's measured profile (see the module docstring for the assumptions)."""
 
     name = "splitwise"
@@ -173,16 +173,8 @@ class SplitwiseProfileModel(PerfModel):
         self.grid = build_grid(rows, MODEL_NAMES[model.name], HARDWARE_NAMES[hw.name], shape.tp)
         self._rows = tuple(r for r in rows if (r.model, r.hardware, r.tp) ==
                            (MODEL_NAMES[model.name], HARDWARE_NAMES[hw.name], shape.tp))
-        self.model, self.hw, self.shape = model, hw, shape
+        super().__init__(model, hw, shape)
         self._kv_capacity = kv_capacity_tokens_for(model, hw, shape, gpu_memory_utilization, activation_reserve_gib)
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        return self.model.kv_bytes_per_token
-
-    @property
-    def kv_capacity_tokens(self) -> int:
-        return self._kv_capacity
 
     def prefill_time_s(self, sum_tokens: float, sum_sq_tokens: float = 0.0, n_seqs: int = 1) -> float:
         if sum_tokens <= 0:
