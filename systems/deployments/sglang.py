@@ -139,7 +139,7 @@ def _roles(cfg: DeploymentConfig) -> list[str]:
 
 def build_specs(cfg: DeploymentConfig, model_path: Path | str, gpus: Optional[Sequence[str]] = None,
                 port_alloc: Callable[[], int] = free_port) -> SglangPlan:
-    """What ``SglangPDDeployment`` would launch for ``cfg``, computed without starting anything.
+    """What ``SglangDeployment`` would launch for ``cfg``, computed without starting anything.
 
     ``gpus``: the GPU ids to hand out (default ``0, 1, ...``); server i gets ``gpus[i*tp:(i+1)*tp]``.
     ``port_alloc``: returns a free port each call (tests pass a counter).

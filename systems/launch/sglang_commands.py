@@ -1,6 +1,6 @@
 """SGLang command lines and environments: PD-disaggregated servers, the ``sglang_router`` and HiCache
 with Mooncake Store as its L3 tier. Pure functions over frozen specs, so everything here is testable
-without a GPU and without SGLang installed; ``systems/sglang_pd.py`` runs what these build.
+without a GPU and without SGLang installed; ``systems/deployments/sglang.py`` runs what these build.
 
 What is built (flag names checked against SGLang's sources and docs, see "Sources" below):
 
