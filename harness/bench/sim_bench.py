@@ -15,7 +15,7 @@ Cases:
       (same load per instance): the Conductor looks at every prefill instance per request, so the cost
       per request also grows with the cluster; prints seconds per 1,000 requests;
   (c) the Azure conversation hour (19,366 requests) on a 4-machine DGX-H100 vLLM-style baseline
-      (Llama-2-70B, TP 8, splitwise-sim's profile): target <= 4 s (splitwise-sim: 40 s here);
+      (Llama-2-70B, TP 8, splitwise-sim's profile): target <= 4 s;
   (d) determinism: the same case twice gives byte-identical ``requests.parquet``.
 The placement-search target (<= 4 s) has its own benchmark: ``python -m harness.bench.placement_bench``.
 """
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in runs:
         print("   ", _line("azure conv 4xH100", r))
     med = statistics.median(r["total_s"] for r in runs)
-    print(f"    median total {med:.2f} s (target <= 4 s; splitwise-sim measured 40 s: {40 / med:.1f}x faster)")
+    print(f"    median total {med:.2f} s (target <= 4 s)")
     print("(d) determinism: the Mooncake case twice, requests.parquet hashed")
     with tempfile.TemporaryDirectory() as tmp:
         a = _subprocess(MOONCAKE_16, parquet=str(Path(tmp) / "a" / REQUESTS_FILE))
