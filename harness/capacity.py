@@ -8,7 +8,7 @@ Two questions, one module:
   a rate that was evaluated and passed, so a noisy predicate can only make it conservative. The Splitwise
   provisioning study bisects arithmetically for a fixed number of steps; DistServe's placement search
   geometrically until the bracket is within a relative tolerance, inside ``[min_rate_rps, max_rate_rps]``.
-* **Reading a sweep** (:func:`capacity_at`, :func:`capacity_frame`): a study that measured fixed load
+* **Reading a sweep** (:func:`capacity_at`): a study that measured fixed load
   points takes the highest passing point and moves it towards the next, failing point by linear
   interpolation of attainment (Mooncake's effective request capacity, DistServe's per-GPU goodput). A
   :class:`Capacity` says how well the points pin the value down.
@@ -19,7 +19,7 @@ Studies compute these and write them into their tables; figures and the report o
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Optional, TypeVar
 
@@ -172,22 +172,3 @@ def capacity_at(rates: Any, attainment: Any, target: float) -> Capacity:
     r0, r1, a0, a1 = rate[i], rate[i + 1], att[i], att[i + 1]
     value = r0 + (a0 - target) / (a0 - a1) * (r1 - r0) if a0 > a1 else r0
     return Capacity(float(value), "exact", lowest, highest)
-
-
-def capacity_frame(table: pd.DataFrame, by: Sequence[str], x: str, y: str, target: float) -> pd.DataFrame:
-    """One row per ``by`` group of ``table``: ``capacity`` over load column ``x`` and attainment column
-    ``y`` (see :func:`capacity_at`), its ``bound``, the measured range, the ``target`` and a ``label``."""
-    rows = []
-    for key, group in table.groupby(list(by), sort=False, dropna=False):
-        cap = capacity_at(group[x], group[y], target)
-        keys = key if isinstance(key, tuple) else (key,)
-        rows.append({**dict(zip(by, keys, strict=True)), "capacity": cap.value, "bound": cap.bound,
-                     "lowest_measured": cap.lowest, "highest_measured": cap.highest, "target": target,
-                     "label": str(cap)})
-    return pd.DataFrame(rows)
-
-
-def capacity_from_row(row: Any, prefix: str = "") -> Capacity:
-    """The :class:`Capacity` a row of :func:`capacity_frame` (or of ``capacity.csv``) describes."""
-    return Capacity(float(row[f"{prefix}capacity"]), str(row[f"{prefix}bound"]), float(row[f"{prefix}lowest_measured"]),
-                    float(row[f"{prefix}highest_measured"]))

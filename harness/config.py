@@ -29,9 +29,9 @@ from systems.config import CONF_DIR, HardwareConfig, ModelConfig, SystemConfig
 from systems.engine_config import ENGINE_SCHEMAS
 from systems.topology import check_deployment
 from workloads.config import AzureTraceConfig, MooncakeTraceConfig, SharedPrefixConfig
+from workloads.load_point import RATE_ARRIVALS
 
 JOBS = ("serve", "cache_study", "workload", "sim_study", "compare")
-RATE_ARRIVALS = ("poisson", "gamma")  # arrival processes a measured point may set the rate of
 
 
 @dataclass

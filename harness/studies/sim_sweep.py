@@ -8,7 +8,7 @@ replaced by each threshold (Mooncake judges capacity at 100, 200 and 300 ms).
 
 A sweep over load points (``study.rates_rps``, ``per_gpu_rates`` or ``speedups``) also writes
 ``capacity.csv``: for every variant and attainment column, the highest load meeting the SLO's attainment
-target (:func:`harness.capacity.capacity_frame`), over the offered rate and, when the points are per-GPU
+target (:func:`harness.capacity.capacity_at`), over the offered rate and, when the points are per-GPU
 rates, over the per-GPU rate. Figures and the report read it; they never recompute it.
 """
 

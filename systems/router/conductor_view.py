@@ -31,14 +31,20 @@ EWMA = 0.2  # weight of a new measurement in the moving averages
 
 
 @dataclass
-class Estimates:
-    """Cost-model parameters (seconds, bytes); the router refines the two per-token rates as it runs."""
+class EstimateStart:
+    """Starting values of the cost model (seconds, bytes): what ``engine.router_estimates`` configures."""
 
     prefill_overhead_s: float = 0.02
     prefill_s_per_token: float = 2e-4
     decode_step_s: float = 0.02
     decode_step_s_per_seq: float = 0.002
     pool_bytes_per_s: float = 5e8  # measured loopback TCP through the Mooncake transfer engine: 0.5-0.9 GB/s
+
+
+@dataclass
+class Estimates(EstimateStart):
+    """Cost-model parameters (seconds, bytes); the router refines the two per-token rates as it runs."""
+
     kv_bytes_per_token: int = 4096
     decode_kv_capacity_tokens: int = 1 << 20
     local_capacity_tokens: int = 1 << 20

@@ -5,11 +5,10 @@ and the router's starting cost estimates."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from systems.contract import DeploymentConfig
-from systems.router.conductor_view import Estimates
 
 
 @dataclass(frozen=True)
@@ -38,10 +37,9 @@ def router_config(cfg: DeploymentConfig, instances: Sequence[RoutedInstance], *,
         if inst.role == "prefill":
             entry["bootstrap"] = f"http://{inst.bootstrap}"
         by_role[inst.role].append(entry)
-    est = engine.router_estimates
     kv_bytes = int(cfg.model.kv_bytes_per_token)
     kv_tokens = int(engine.cpu_kvcache_space_gib * (1 << 30) // max(kv_bytes, 1))  # one instance's KV cache
-    estimates: Mapping[str, Any] = {f.name: getattr(est, f.name) for f in fields(Estimates) if hasattr(est, f.name)}
+    estimates: Mapping[str, Any] = asdict(engine.router_estimates)
     return {**by_role, "policy": policy, "rejection": engine.rejection,
             "ttft_slo_s": _ms_to_s(cfg.slo.ttft_ms), "tbt_slo_s": _ms_to_s(cfg.slo.tpot_ms),
             "kvcache_balancing_threshold": engine.kvcache_balancing_threshold, "seed": cfg.seed,
