@@ -70,7 +70,7 @@ class VllmBaselineDeployment(ProcessDeployment):
     def _start_router(self, run_dir: Path) -> None:
         port = free_port()
         cmd = colocated_router_command(port, self.policy, self.kv_block_size, self.cfg.seed,
-                             {s.spec.name: s.url for s in self.servers})
+                                       {s.spec.name: s.url for s in self.servers})
         self.router = ManagedProcess("router")
         self.router.start(cmd, log_path=run_dir / "router.log")
         self._stack.callback(self.router.stop)
