@@ -187,6 +187,8 @@ class VllmKVPoolConfig:
     load_failure_policy: str = "recompute"  # recompute | fail: what a prefill does when a pool read fails
     master_binary: str = "mooncake_master"  # found next to the Python interpreter or on PATH
     query_timeout_s: float = 0.5  # the router's existence check gives up after this
+    master_rpc_timeout_s: float = 2.0  # every client's call to mooncake_master gives up after this (Mooncake: 30 s)
+    master_connect_timeout_s: float = 1.0  # and its connection attempts (Mooncake: 30 s each, 3 attempts)
     master_args: list[str] = field(default_factory=list)  # extra mooncake_master flags, e.g. [--eviction_ratio=0]
 
     def __post_init__(self) -> None:
@@ -196,6 +198,8 @@ class VllmKVPoolConfig:
             raise ConfigError(f"engine.kv_pool.load_failure_policy: expected recompute or fail, got "
                               f"{self.load_failure_policy!r}")
         _positive("kv_pool.query_timeout_s", self.query_timeout_s)
+        _positive("kv_pool.master_rpc_timeout_s", self.master_rpc_timeout_s)
+        _positive("kv_pool.master_connect_timeout_s", self.master_connect_timeout_s)
         for key in ("segment_size", "instance_segment_size"):
             try:
                 size = parse_size(getattr(self, key))
@@ -225,6 +229,7 @@ class VllmEngineConfig(RealEngineConfig):
     # -- disaggregated systems (distserve, mooncake, splitwise) --------------------------------------------
     kv_connector: str = "auto"  # auto | mooncake | nixl: the prefill->decode connector (auto: mooncake)
     kv_protocol: str = "auto"  # auto: tcp on CPU hosts, rdma on GPU hosts (Mooncake transfer engine)
+    kv_transfer_stall_s: int = 10  # a Mooncake transfer that makes no progress this long fails (Mooncake: 30 s)
     max_instances: int = 5  # CPU: vLLM instances one deployment may start (about 3 GiB each)
     prefill: VllmRoleConfig = field(default_factory=VllmRoleConfig)
     decode: VllmRoleConfig = field(default_factory=VllmRoleConfig)
@@ -245,6 +250,7 @@ class VllmEngineConfig(RealEngineConfig):
         self._check_scheduling(self.rejection, self.kvcache_balancing_threshold)
         if self.kv_connector not in ("auto", "mooncake", "nixl"):
             raise ConfigError(f"engine.kv_connector: expected auto, mooncake or nixl, got {self.kv_connector!r}")
+        _positive("kv_transfer_stall_s", self.kv_transfer_stall_s)
         if self.kv_protocol not in ("auto", "tcp", "rdma"):
             raise ConfigError(f"engine.kv_protocol: expected auto, tcp or rdma, got {self.kv_protocol!r}")
 

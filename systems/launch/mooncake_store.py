@@ -84,6 +84,24 @@ def pool_node_command(master: str, segment_size: str, port: int) -> list[str]:
             "--port", str(port)]
 
 
+def transfer_stall_env(stall_s: int) -> dict[str, str]:
+    """Environment that makes a Mooncake transfer to a peer that died or hangs fail after ``stall_s`` without
+    progress (the transfer engine's sync wait, its TCP transport's progress and status deadlines) instead of
+    Mooncake's 30 s each, and its handshakes give up connecting after a fifth of that (at least 1 s)."""
+    stall = str(max(5, int(stall_s)))  # the transfer engine ignores a sync-wait bound under 5 s
+    return {"MC_TRANSFER_TIMEOUT": stall, "MC_TCP_PROGRESS_TIMEOUT_SEC": stall, "MC_TCP_STATUS_TIMEOUT_SEC": stall,
+            "MC_HANDSHAKE_CONNECT_TIMEOUT": str(max(1, int(stall_s) // 5))}
+
+
+def master_client_env(rpc_timeout_s: float, connect_timeout_s: float) -> dict[str, str]:
+    """Environment that bounds every Mooncake Store client's calls to ``mooncake_master`` (vLLM's store
+    connector, pool nodes, the router's pool index). Mooncake's own defaults wait 30 s per call and 3 x 30 s
+    to connect, so a hung master would stall each prefill's pool lookup and saves for minutes; bounded, a
+    request pays at most a few seconds and goes on (the lookup reports a miss, the prefill recomputes)."""
+    return {"MC_RPC_TIMEOUT_MS": str(max(1, round(rpc_timeout_s * 1000))),
+            "MC_RPC_CONNECT_TIMEOUT_MS": str(max(1, round(connect_timeout_s * 1000)))}
+
+
 def mooncake_store_json(master: str, segment_size: str, local_buffer_size: str, protocol: str = "tcp") -> dict[str, Any]:
     """The ``MOONCAKE_CONFIG_PATH`` file of a vLLM instance: ``segment_size`` "0" makes it a pure client
     (``standalone-store`` mode: pool nodes hold the data), anything else contributes that much (embedded)."""

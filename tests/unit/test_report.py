@@ -1,5 +1,6 @@
 """The reproduction report on hand-made job folders: the newest finished job is used, every claim is
-marked holds / does not hold / not run correctly, and the table has exactly three columns."""
+marked with its verdict level (matches / holds in direction / does not hold) or not run correctly, and the
+table has exactly four columns (claim, paper's number, setup, ours)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,20 @@ import pandas as pd
 import pytest
 import yaml
 
-from figures.report import FAILS, HOLDS, NOT_RUN, evaluate, find_latest_jobs, main, write_report
-from figures.report_claims import (
-    CLAIMS,
+from figures.claims import CLAIMS
+from figures.claims.base import (
+    DIRECTION,
+    FAILS,
     Bounded,
     Claim,
     MissingData,
     Outcome,
+    Setup,
     format_range,
     greater_than_one,
     ratio_range,
 )
+from figures.report import NOT_RUN, evaluate, find_latest_jobs, main, write_report
 from figures.study_tables import THRESHOLD_COLUMN, JobFolder
 from harness.result_files import CAPACITY_FILE
 from harness.studies.sim_sweep import capacity_table
@@ -145,10 +149,10 @@ def test_jobs_are_found_across_several_results_dirs(tmp_path):
 def test_scheduling_ordering_and_global_vs_local(tmp_path):
     make_job(tmp_path, "mooncake_scheduling", scheduling((19.65, 5.27, 3.58, 3.07)))
     state, ours = verdict("mooncake_scheduling", tmp_path)
-    assert state == HOLDS and "19.65 / 5.27 / 3.58 / 3.07 s" in ours
+    assert state == DIRECTION and "19.65 / 5.27 / 3.58 / 3.07 s" in ours
     state, ours = verdict("mooncake_global_vs_local", tmp_path)
-    assert state == HOLDS and "-14.2%" in ours
-    assert verdict("mooncake_hit_global_local", tmp_path)[0] == HOLDS
+    assert state == DIRECTION and "-14.2%" in ours
+    assert verdict("mooncake_hit_global_local", tmp_path)[0] == DIRECTION
 
 
 def test_scheduling_out_of_order_does_not_hold(tmp_path):
@@ -161,16 +165,16 @@ def test_scheduling_out_of_order_does_not_hold(tmp_path):
 def test_hit_rate_tolerance(tmp_path):
     make_job(tmp_path / "near", "mooncake_scheduling", scheduling((4, 3, 2, 1), hits=(0.2, 0.33)))
     make_job(tmp_path / "far", "mooncake_scheduling", scheduling((4, 3, 2, 1), hits=(0.2, 0.25)))
-    assert verdict("mooncake_hit_rate", tmp_path / "near")[0] == HOLDS
+    assert verdict("mooncake_hit_rate", tmp_path / "near")[0] == DIRECTION
     assert verdict("mooncake_hit_rate", tmp_path / "far")[0] == FAILS
 
 
 def test_capacity_gain_holds_when_mooncake_serves_more(tmp_path):
     make_job(tmp_path, "mooncake_capacity", capacity([0.99, 0.95, 0.85, 0.1], [0.95, 0.85, 0.5, 0.1]))
     state, ours = verdict("mooncake_capacity_100", tmp_path)
-    assert state == HOLDS
+    assert state == DIRECTION
     assert "+67%" in ours  # 2.5 / (1 + 0.05 / 0.10) = 2.5 / 1.5
-    assert verdict("mooncake_capacity_synthetic", tmp_path)[0] == HOLDS
+    assert verdict("mooncake_capacity_synthetic", tmp_path)[0] == DIRECTION
 
 
 def test_capacity_gain_does_not_hold_when_vllm_serves_more(tmp_path):
@@ -181,7 +185,7 @@ def test_capacity_gain_does_not_hold_when_vllm_serves_more(tmp_path):
 def test_capacity_when_vllm_fails_everywhere_and_when_both_do(tmp_path):
     make_job(tmp_path / "a", "mooncake_capacity", capacity([0.99, 0.95, 0.85, 0.1], [0.5, 0.4, 0.3, 0.1]))
     state, ours = verdict("mooncake_capacity_300", tmp_path / "a")
-    assert state == HOLDS and ">=+150%" in ours  # 2.5 against a vLLM capacity below the slowest rate, 1
+    assert state == DIRECTION and ">=+150%" in ours  # 2.5 against a vLLM capacity below the slowest rate, 1
     make_job(tmp_path / "b", "mooncake_capacity", capacity([0.5, 0.4, 0.3, 0.1], [0.5, 0.4, 0.3, 0.1]))
     state, ours = verdict("mooncake_capacity_300", tmp_path / "b")
     assert state == FAILS and "inconclusive" in ours
@@ -215,13 +219,13 @@ def test_capacity_missing_threshold_is_not_run(tmp_path):
     make_job(tmp_path, "mooncake_capacity", table)
     state, ours = verdict("mooncake_capacity_200", tmp_path)
     assert state == NOT_RUN and "attainment_tbt_200ms" in ours and "experiment=mooncake_capacity" in ours
-    assert verdict("mooncake_capacity_100", tmp_path)[0] == HOLDS
+    assert verdict("mooncake_capacity_100", tmp_path)[0] == DIRECTION
 
 
 def test_rejection_is_judged_on_the_papers_split(tmp_path):
     make_job(tmp_path / "a", "mooncake_rejection", rejection({"8P8D": (400, 300, 200), "12P2D": (1, 2, 3)}))
     state, ours = verdict("mooncake_rejection", tmp_path / "a")
-    assert state == HOLDS and "8P8D: 400 / 300 / 200" in ours and "12P2D: 1 / 2 / 3" in ours
+    assert state == DIRECTION and "8P8D: 400 / 300 / 200" in ours and "12P2D: 1 / 2 / 3" in ours
     make_job(tmp_path / "b", "mooncake_rejection", rejection({"8P8D": (228, 228, 228)}))
     assert verdict("mooncake_rejection", tmp_path / "b")[0] == FAILS
     make_job(tmp_path / "c", "mooncake_rejection", rejection({"12P2D": (104, 183, 732)}))
@@ -232,7 +236,7 @@ def test_rejection_is_judged_on_the_papers_split(tmp_path):
 def test_distserve_goodput_ratio(tmp_path):
     make_job(tmp_path / "a", "distserve_slo_attainment", slo([1.0, 1.0, 0.95, 0.5], [1.0, 0.95, 0.85, 0.5]))
     state, ours = verdict("distserve_goodput", tmp_path / "a")
-    assert state == HOLDS and "azure_conv: 1.24x" in ours  # (3 + 0.05/0.45) / 2.5
+    assert state == DIRECTION and "azure_conv: 1.24x" in ours  # (3 + 0.05/0.45) / 2.5
     make_job(tmp_path / "b", "distserve_slo_attainment", slo([1.0, 0.95, 0.85, 0.5], [1.0, 1.0, 1.0, 0.95]))
     state, ours = verdict("distserve_goodput", tmp_path / "b")
     assert state == FAILS and "<=0.62x" in ours  # vLLM still passes at the highest rate: an upper bound
@@ -244,7 +248,7 @@ def test_distserve_tighter_slo(tmp_path):
                           "slo_attainment": [0.5, 0.5, 0.95]})
     make_job(tmp_path, "distserve_pareto", table)
     state, ours = verdict("distserve_tighter_slo", tmp_path)
-    assert state == HOLDS and ours.startswith("**holds**: 4.00x")  # vLLM scale 2.0 vs DistServe 0.5
+    assert state == DIRECTION and ours.startswith("**holds in direction**: 4.00x")  # vLLM scale 2.0 vs DistServe 0.5
 
 
 def test_distserve_placement(tmp_path):
@@ -255,17 +259,17 @@ def test_distserve_placement(tmp_path):
     table = pd.DataFrame({"phase": ["prefill"], "tp": [2], "pp": [1], "per_gpu_rate": [2.0], "chosen": [True]})
     make_job(tmp_path / "a", "distserve_placement", table, files={"placement.json": report(1)})
     make_job(tmp_path / "b", "distserve_placement", table, files={"placement.json": report(2)})
-    assert verdict("distserve_placement", tmp_path / "a")[0] == HOLDS
+    assert verdict("distserve_placement", tmp_path / "a")[0] == DIRECTION
     assert verdict("distserve_placement", tmp_path / "b")[0] == FAILS
 
 
 def test_splitwise_claims_use_the_chosen_rows(tmp_path):
     make_job(tmp_path / "a", "splitwise_provisioning", splitwise(aa_conv_power=12.9))
     state, ours = verdict("splitwise_aa_isopower", tmp_path / "a")
-    assert state == HOLDS and ours.startswith("**holds**: 2.15x")
-    assert verdict("splitwise_ha_isopower", tmp_path / "a")[0] == HOLDS  # 7/6 at 110 vs 123.2 $/hr
+    assert state == DIRECTION and ours.startswith("**holds in direction**: 2.15x")
+    assert verdict("splitwise_ha_isopower", tmp_path / "a")[0] == DIRECTION  # 7/6 at 110 vs 123.2 $/hr
     assert verdict("splitwise_aa_isocost", tmp_path / "a")[0] == FAILS  # 5 vs Baseline-H100's 10
-    assert verdict("splitwise_pool_sizing", tmp_path / "a")[0] == HOLDS
+    assert verdict("splitwise_pool_sizing", tmp_path / "a")[0] == DIRECTION
     make_job(tmp_path / "b", "splitwise_provisioning", splitwise(aa_conv_power=5.0, split_code="1P/3T"))
     assert verdict("splitwise_aa_isopower", tmp_path / "b")[0] == FAILS
     assert verdict("splitwise_pool_sizing", tmp_path / "b")[0] == FAILS
@@ -280,7 +284,7 @@ def test_a_claim_that_lacks_data_is_not_run(tmp_path):
     def compute(job: JobFolder) -> Outcome:
         raise MissingData("no variant x")
 
-    claim = Claim("k", "P", "c", "1", "mooncake_scheduling", compute)
+    claim = Claim("k", "P", "c", "1", "mooncake_scheduling", compute, Setup("their setup", "ours", ("one difference",)))
     make_job(tmp_path, "mooncake_scheduling", scheduling((4, 3, 2, 1)))
     row = evaluate(claim, find_latest_jobs([tmp_path]))
     assert row.verdict == NOT_RUN and "no variant x" in row.ours
@@ -288,23 +292,23 @@ def test_a_claim_that_lacks_data_is_not_run(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- the file
 
-def test_report_file_has_header_and_a_three_column_table(tmp_path):
+def test_report_file_has_header_and_a_four_column_table(tmp_path):
     make_job(tmp_path, "mooncake_scheduling", scheduling((19.65, 5.27, 3.58, 3.07)))
     out, rows = write_report([tmp_path], tmp_path / "REPORT.md", now=datetime(2026, 1, 2, 3, 4, tzinfo=UTC))
     text = out.read_text(encoding="utf-8")
     assert "2026-01-02 03:04 UTC" in text and "abcdef123456" in text
     assert str(tmp_path / "mooncake_scheduling" / "2026-01-01_00-00-00") in text
     table = [line for line in text.splitlines() if line.startswith("|")]
-    assert table[0] == "| Claim | Paper's number | Our number |"
+    assert table[0] == "| Claim | Paper's number | Setup | Our number |"
     assert len(table) == 2 + len(CLAIMS)
     for line in table:
         cells = line.replace("\\|", "").strip("|").split("|")
-        assert len(cells) == 3, line
+        assert len(cells) == 4, line
     verdicts = {r.claim.key: r.verdict for r in rows}
-    assert verdicts["mooncake_scheduling"] == HOLDS
+    assert verdicts["mooncake_scheduling"] == DIRECTION
     assert verdicts["mooncake_capacity_100"] == NOT_RUN
     assert "python -m harness experiment=mooncake_capacity" in text
-    assert f"{sum(v == HOLDS for v in verdicts.values())} hold" in text
+    assert f"{sum(v == DIRECTION for v in verdicts.values())} hold" in text
 
 
 def test_main_writes_to_the_first_results_dir_by_default(tmp_path, capsys):

@@ -47,9 +47,11 @@ from systems.launch.model_path import resolve_device, resolve_model_path
 from systems.launch.mooncake_store import (
     MooncakeMasterSpec,
     find_binary,
+    master_client_env,
     mooncake_master_command,
     mooncake_store_json,
     pool_node_command,
+    transfer_stall_env,
 )
 from systems.launch.ports import free_port
 from systems.launch.processes import ManagedProcess, wait_http_ready
@@ -111,7 +113,8 @@ class DisaggVllmDeployment(ProcessDeployment):
 
     def _helper(self, name: str, cmd: list[str], ready_url: str, timeout_s: float = 60.0) -> ManagedProcess:
         proc = ManagedProcess(name)
-        proc.start(cmd, log_path=self.run_dir / f"{name}.log", env={**os.environ, "PYTHONPATH": self._pythonpath()})
+        env = {**os.environ, **self._mooncake_env(), "PYTHONPATH": self._pythonpath()}
+        proc.start(cmd, log_path=self.run_dir / f"{name}.log", env=env)
         self._stack.callback(proc.stop)
         self.helpers[name] = proc
         if name == "router":
@@ -154,8 +157,18 @@ class DisaggVllmDeployment(ProcessDeployment):
             return "tcp"
         return self.engine.kv_protocol if self.engine.kv_protocol != "auto" else "rdma"
 
+    def _mooncake_env(self) -> dict[str, str]:
+        """Bounded waits for every Mooncake client of the deployment: transfers to a dead or hung peer, and
+        (with a pool) calls to ``mooncake_master``, so a fault costs a request seconds, never minutes."""
+        env = transfer_stall_env(self.engine.kv_transfer_stall_s)
+        if self.has_pool:
+            pool = self.engine.kv_pool
+            env.update(master_client_env(pool.master_rpc_timeout_s, pool.master_connect_timeout_s))
+        return env
+
     def _role_env(self, role: str, name: str) -> dict[str, str]:
-        env = {"PYTHONPATH": self._pythonpath(), "VLLM_MOONCAKE_BOOTSTRAP_PORT": str(self._port())}
+        env = {"PYTHONPATH": self._pythonpath(), "VLLM_MOONCAKE_BOOTSTRAP_PORT": str(self._port()),
+               **self._mooncake_env()}
         if role == "prefill":
             env["DISAGG_KV_TRANSFER_LOG"] = str((self.run_dir / TRANSFER_LOG).resolve())
             if self.has_pool:
