@@ -18,9 +18,11 @@ from harness.errors import ConfigError
 from systems.launch.mooncake_store import MIN_SEGMENT_BYTES, parse_size
 from systems.policies.pd import REJECTION_MODES
 from systems.router.conductor_view import EstimateStart
+from systems.sim.perf.peer_timing import ITERATION_OVERHEADS, TOKEN_PHASE_TIMINGS
 from systems.topology import ENGINES
 
 DEVICES = ("auto", "cpu", "gpu")
+MIXED_POOLS = ("dedicated", "dynamic")  # engine.mixed_pool of engine=sim
 
 
 def _positive(key: str, value: float) -> None:
@@ -102,7 +104,8 @@ class SimKVPoolConfig:
     """
 
     dram_tokens_per_node: int = 0
-    dram_bandwidth_gbps: float = 25.0  # host DRAM -> HBM (PCIe Gen4 x16 per GPU, ~25 GB/s achievable)
+    dram_bandwidth_gbps: float = 25.0  # host DRAM -> HBM (PCIe Gen4 x16 per GPU, ~25 GB/s achievable); the Mooncake
+    #                                    presets set 128 (FAST'25 Table 1, per node)
     remote_link: str = "rdma_800"  # how a node reads another node's DRAM (see systems/sim/links.py)
     replication_threshold: int = 0  # a block fetched remotely this many times is copied to the reader's DRAM (0: never)
 
@@ -120,20 +123,30 @@ class SimEngineConfig(EngineConfig):
 
     perf_model: str = "roofline"  # roofline | distserve | splitwise (systems/sim/perf)
     profiles_dir: Optional[str] = None  # public latency profiles; default search: $PERF_PROFILES_DIR, ./data/perf_profiles, ../shared/perf_profiles
+    iteration_overhead: str = "none"  # none | simdistserve: add DistServe's simulator's 2 ms + 1e-4 ms/token per iteration
+    token_phase_timing: str = "ours"  # ours | splitwise_sim: decode steps looked up as splitwise-sim does (perf_model=splitwise)
     gpu_memory_utilization: float = 0.9
     colocated: SimPoolConfig = field(default_factory=SimPoolConfig)
     prefill: SimPoolConfig = field(default_factory=SimPoolConfig)
     decode: SimPoolConfig = field(default_factory=SimPoolConfig)
     mixed: SimPoolConfig = field(default_factory=SimPoolConfig)  # Splitwise's mixed pool (system.mixed_instances)
-    chunked_prefill: bool = True  # colocated instances mix prefill chunks with decodes (vLLM v1)
+    chunked_prefill: bool = True  # colocated instances mix prefill chunks with decodes (vLLM v1); false: vLLM v0's
+    #                               default scheduler (whole prompts; an iteration that prefills runs no decodes)
     max_num_batched_tokens: int = 8192  # tokens per iteration (prefill chunk budget)
     max_num_seqs: int = 256  # running sequences per instance
     kv_link: str = "rdma_200"  # prefill -> decode KV transfer link (systems/sim/links.py)
+    kv_link_per_gpu: bool = False  # kv_link is each GPU's own NIC (DGX: one per GPU): an instance of n GPUs sends
+    #                                over n of them at once; false: one kv_link per instance (a node's NICs)
     layerwise_transfer: bool = False  # overlap the KV transfer with the prefill, layer by layer (Splitwise)
     kv_pool: SimKVPoolConfig = field(default_factory=SimKVPoolConfig)
     rejection: str = "none"  # none | baseline (after prefill) | early | predictive
     kvcache_balancing_threshold: float = 2.0
     mixed_overflow_queue_s: float = 1.0  # Splitwise: a prompt goes to the mixed pool when the prompt pool's queue is longer
+    mixed_pool: str = "dedicated"  # Splitwise's mixed pool: dedicated (system.mixed_instances take overflow) | dynamic
+    #                                (the paper's: prompt and token machines are lent to it when the other pool is
+    #                                saturated and return once idle; systems/sim/cluster.py)
+    mixed_prompt_queue_tokens: int = 8192  # dynamic: a prompt machine's queue is long beyond this many pending
+    #                                        tokens (splitwise-sim mixed_pool.yml prompt_max_pending_batch_tokens)
     sample_interval_s: float = 10.0  # load time series (load.csv) sampling period in simulated seconds
     progress: bool = True
 
@@ -142,6 +155,23 @@ class SimEngineConfig(EngineConfig):
         self._check_positive("max_num_batched_tokens", "max_num_seqs", "sample_interval_s")
         self._check_fraction("gpu_memory_utilization")
         self._check_scheduling(self.rejection, self.kvcache_balancing_threshold)
+        self._check_peer_timing()
+        if self.mixed_pool not in MIXED_POOLS:
+            raise ConfigError(f"engine.mixed_pool: expected one of {', '.join(MIXED_POOLS)}, got {self.mixed_pool!r}")
+        self._check_positive("mixed_prompt_queue_tokens")
+
+    def _check_peer_timing(self) -> None:
+        """The peer simulators' timing options (systems/sim/perf/peer_timing.py)."""
+        if self.iteration_overhead not in ITERATION_OVERHEADS:
+            raise ConfigError(f"engine.iteration_overhead: expected one of {', '.join(ITERATION_OVERHEADS)}, "
+                              f"got {self.iteration_overhead!r}")
+        if self.token_phase_timing not in TOKEN_PHASE_TIMINGS:
+            raise ConfigError(f"engine.token_phase_timing: expected one of {', '.join(TOKEN_PHASE_TIMINGS)}, "
+                              f"got {self.token_phase_timing!r}")
+        if self.token_phase_timing == "splitwise_sim" and self.perf_model != "splitwise":
+            raise ConfigError("engine.token_phase_timing=splitwise_sim looks decode steps up in splitwise-sim's "
+                              "perf_model.csv, which only engine.perf_model=splitwise reads; got "
+                              f"engine.perf_model={self.perf_model}")
 
     def pool(self, role: str) -> SimPoolConfig:
         """The shape of every instance of ``role`` (``colocated``, ``prefill``, ``decode`` or ``mixed``)."""
@@ -230,6 +260,7 @@ class VllmEngineConfig(RealEngineConfig):
     kv_connector: str = "auto"  # auto | mooncake | nixl: the prefill->decode connector (auto: mooncake)
     kv_protocol: str = "auto"  # auto: tcp on CPU hosts, rdma on GPU hosts (Mooncake transfer engine)
     kv_transfer_stall_s: int = 10  # a Mooncake transfer that makes no progress this long fails (Mooncake: 30 s)
+    kv_unclaimed_s: int = 120  # a prefill frees KV its decode never pulled (a dead decode) after this (vLLM: 480 s)
     max_instances: int = 5  # CPU: vLLM instances one deployment may start (about 3 GiB each)
     prefill: VllmRoleConfig = field(default_factory=VllmRoleConfig)
     decode: VllmRoleConfig = field(default_factory=VllmRoleConfig)
@@ -251,6 +282,7 @@ class VllmEngineConfig(RealEngineConfig):
         if self.kv_connector not in ("auto", "mooncake", "nixl"):
             raise ConfigError(f"engine.kv_connector: expected auto, mooncake or nixl, got {self.kv_connector!r}")
         _positive("kv_transfer_stall_s", self.kv_transfer_stall_s)
+        _positive("kv_unclaimed_s", self.kv_unclaimed_s)
         if self.kv_protocol not in ("auto", "tcp", "rdma"):
             raise ConfigError(f"engine.kv_protocol: expected auto, tcp or rdma, got {self.kv_protocol!r}")
 

@@ -56,6 +56,7 @@ pytestmark = [
 ]
 
 BLOCK = 128
+KV_UNCLAIMED_S = 20
 
 
 def _cfg() -> Any:
@@ -63,7 +64,8 @@ def _cfg() -> Any:
         "system=mooncake", "engine=vllm", "model=tiny_llama", "hardware=cpu_host", "slo=cpu_tiny",
         "engine.device=cpu", "system.prefill_instances=2", "system.decode_instances=2",
         "engine.kv_pool.segment_size=16MB", "engine.load.warmup_requests=0", "engine.max_model_len=4096",
-        "engine.kv_pool.master_args=['--eviction_ratio=0']"]))  # a full pool refuses rather than evicts
+        "engine.kv_pool.master_args=['--eviction_ratio=0']",  # a full pool refuses rather than evicts
+        f"engine.kv_unclaimed_s={KV_UNCLAIMED_S}"]))  # KV held for the decode killed in phase 2 is freed by phase 3
 
 
 def _prompt(seed: int, n_tokens: int) -> list[int]:
@@ -253,7 +255,8 @@ def test_3_pool_node_death_falls_back_to_recompute(deployment: DisaggVllmDeploym
     assert client.send(prompt, max_tokens=4)["ok"]  # its blocks go to the pool
     for server in deployment.servers:  # only the pool holds the prefix now
         if deployment.roles[server.spec.name] == "prefill":
-            assert reset_prefix_cache(server)
+            # blocks a prefill still holds for the decode killed in phase 2 are freed after KV_UNCLAIMED_S
+            assert reset_prefix_cache(server, timeout_s=KV_UNCLAIMED_S + client.timeout_s(1))
     logs = _prefill_logs(deployment)
     offsets = {p: p.stat().st_size for p in logs}
     _kill_group(deployment.helpers["pool0"])

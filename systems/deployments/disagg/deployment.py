@@ -168,7 +168,7 @@ class DisaggVllmDeployment(ProcessDeployment):
 
     def _role_env(self, role: str, name: str) -> dict[str, str]:
         env = {"PYTHONPATH": self._pythonpath(), "VLLM_MOONCAKE_BOOTSTRAP_PORT": str(self._port()),
-               **self._mooncake_env()}
+               "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT": str(self.engine.kv_unclaimed_s), **self._mooncake_env()}
         if role == "prefill":
             env["DISAGG_KV_TRANSFER_LOG"] = str((self.run_dir / TRANSFER_LOG).resolve())
             if self.has_pool:
