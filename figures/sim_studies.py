@@ -4,9 +4,17 @@
   target line (DistServe Fig. 8 style), and the per-GPU goodput (highest rate meeting the target);
 - ``pareto``: p90 TTFT against p90 TPOT of every layout and batching limit, each system's Pareto front
   and the SLO box (DistServe's latency trade-off);
-- ``capacity``: Mooncake's effective request capacity per TBT threshold, Mooncake against vLLM, and the
-  attainment curves it is read from (FAST'25 Fig. 1/7);
+- ``slo_scale``: attainment against the SLO scale and each variant's crossing, DistServe's "tighter SLO"
+  plot (:mod:`figures.slo_scale`);
+- ``placement_pairs``: per-GPU goodput of every pair of the simdistserve-style placement search
+  (:mod:`figures.placement_pairs`);
+- ``capacity``: our rate capacity (not the paper's metric): the highest replay rate with >= 90% effective
+  requests per TBT threshold, Mooncake against vLLM, and the attainment curves it is read from;
+- ``effective_capacity``: FAST'25's own metric (Fig. 1, 6, 7), the share of effective requests at the trace's
+  own load against the TBT threshold (:mod:`figures.effective_capacity`);
 - ``scheduling_ttft``: mean and p90 TTFT of the prefill-scheduling policies (FAST'25 Fig. 5);
+- ``global_cache``: prefix hit rate and prefill compute per workload, local vs global cache (FAST'25 Fig. 10,
+  :mod:`figures.global_cache`);
 - ``rejection``: rejected requests per rejection mode and split, and prefill/decode load over time
   (arXiv 2407.00079 Table 3, Fig. 10);
 - ``splitwise_provisioning`` (alias ``splitwise``): throughput, throughput per $/hr and per kW of each
@@ -32,6 +40,10 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.ticker import FuncFormatter
 
+from figures.effective_capacity import plot_effective_capacity
+from figures.global_cache import plot_global_cache
+from figures.placement_pairs import plot_placement_pairs
+from figures.slo_scale import plot_slo_scale
 from figures.study_tables import (
     REJECTION_ORDER,
     SCHEDULING_ORDER,
@@ -159,9 +171,12 @@ def plot_pareto(job_dir: Path) -> list[Path]:
 
 
 def plot_placement(job_dir: Path) -> list[Path]:
-    """``placement.png``: per-GPU goodput of each searched layout per phase; chosen layouts highlighted."""
+    """``placement.png``: per-GPU goodput of each searched layout per phase; chosen layouts highlighted.
+    A pair search (``study.params.method=simdistserve``) gets :func:`figures.placement_pairs.plot_placement_pairs`."""
     job = _job(job_dir)
     table = job.table()
+    if "phase" not in table:
+        return plot_placement_pairs(job_dir)
     searched = table[table["per_gpu_rate"].notna()].copy()
     searched["layout"] = [f"TP{int(t)} PP{int(p)}" for t, p in zip(searched["tp"], searched["pp"], strict=True)]
     searched["chosen"] = searched["chosen"].astype(bool)
@@ -192,8 +207,8 @@ def plot_placement(job_dir: Path) -> list[Path]:
 # ---------------------------------------------------------------------------------------------- Mooncake
 
 def plot_capacity(job_dir: Path) -> list[Path]:
-    """``capacity.png``: effective request capacity (highest offered rate with attainment >= target at
-    each TBT threshold) per trace, Mooncake vs vLLM; ``capacity_attainment.png``: the curves it is read
+    """``capacity.png``: our rate capacity, not FAST'25's metric (highest offered rate with attainment >=
+    target at each TBT threshold) per trace, Mooncake vs vLLM; ``capacity_attainment.png``: the curves it is read
     from (attainment vs offered rate, a panel per trace x threshold)."""
     job = _job(job_dir)
     table = job.table()
@@ -213,7 +228,8 @@ def plot_capacity(job_dir: Path) -> list[Path]:
     target = float(cap["target"].iloc[0]) if len(cap) else 0.9
     grid.set_axis_labels("TBT threshold", f"capacity (req/s at >= {target:.0%} effective)")
     grid.set_titles("{col_name} trace")
-    grid.figure.suptitle("Effective request capacity (0: below target at the slowest replay)", y=1.04)
+    grid.figure.suptitle("Ours, not FAST'25's metric: highest replay rate with enough effective requests "
+                         "(0: below target at the slowest replay)", y=1.04)
     paths = save_figure(grid.figure, cap, job_dir, "capacity")
 
     long = attainment_long(table)
@@ -252,7 +268,8 @@ def plot_scheduling(job_dir: Path) -> list[Path]:
 
 def plot_rejection(job_dir: Path) -> list[Path]:
     """``rejection.png``: rejected requests per mode, per split; ``rejection_load.png``: mean prefill
-    queue (s) and mean decode KV utilization over time, a line per mode (from ``load.csv``)."""
+    queue (s), mean decode KV utilization and mean estimated decode TBT over time, a line per admission mode
+    (``none`` only when it is the only mode; from ``load.csv``)."""
     job = _job(job_dir)
     table = rejection_table(job.table())
     modes = ordered(table["mode"], REJECTION_ORDER)
@@ -269,6 +286,9 @@ def plot_rejection(job_dir: Path) -> list[Path]:
     if not job.has(LOAD_FILE):
         return paths
     series = load_series(job.table(LOAD_FILE), table)
+    admitting = series["mode"] != "none"
+    if admitting.any():  # without admission control the queue grows unbounded and would hide the others' swings
+        series = series[admitting]
     if series.empty:
         log.warning("%s: load.csv has no prefill or decode samples; no load figure", job_dir)
         return paths
@@ -313,13 +333,17 @@ def plot_splitwise(job_dir: Path) -> list[Path]:
 PLOTS_BY_FIGURE: dict[str, tuple[PlotFn, ...]] = {
     "slo_attainment": (plot_slo_attainment, plot_slo_goodput),
     "pareto": (plot_pareto,),
+    "slo_scale": (plot_slo_scale,),
     "capacity": (plot_capacity,),
+    "effective_capacity": (plot_effective_capacity,),
     "scheduling_ttft": (plot_scheduling,),
+    "global_cache": (plot_global_cache,),
     "rejection": (plot_rejection,),
     "splitwise": (plot_splitwise,),
     "splitwise_provisioning": (plot_splitwise,),
     "placement": (plot_placement,),
     "placement_search": (plot_placement,),
+    "placement_pairs": (plot_placement_pairs,),
 }
 
 

@@ -153,6 +153,26 @@ def attainment_long(table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def effective_shares(table: pd.DataFrame) -> pd.DataFrame:
+    """Mooncake's effective request capacity as FAST'25 measures it: per trace x system x TBT threshold,
+    the share of all issued requests with TTFT and TBT within the bounds (the study's ``attainment_tbt_<x>ms``
+    columns), at the trace's own load: a study with one point per variant, or the speedup-1 point of a sweep.
+
+    ``ValueError`` when the study has no TBT thresholds or more than one point at the trace's own load."""
+    if not tbt_thresholds(table):
+        raise ValueError("study.csv has no attainment_tbt_<x>ms columns (set study.tbt_thresholds_ms)")
+    long = attainment_long(table)
+    if "speedup" in long:
+        speedup = long["speedup"].astype(float)
+        long = long[speedup.isna() | np.isclose(speedup, 1.0)]
+    if long.empty:
+        raise ValueError("study.csv has no point at the trace's own load (no speedup 1 or unscaled point)")
+    if long.duplicated(["variant", "tbt_threshold_ms"]).any():
+        raise ValueError("study.csv has several points at the trace's own load for one variant (a rate sweep?)")
+    keep = ["trace", "system", "variant", "tbt_threshold_ms", "attainment"]
+    return long[keep].rename(columns={"attainment": "effective_share"}).reset_index(drop=True)
+
+
 def _capacity_rows(job: JobFolder, load: str) -> pd.DataFrame:
     """The rows of the job's ``capacity.csv`` over load column ``load`` (``MissingCapacity`` when absent)."""
     if not job.has(CAPACITY_FILE):
@@ -271,22 +291,25 @@ def rejection_table(table: pd.DataFrame) -> pd.DataFrame:
     split = table.apply(_split_of, axis=1)
     mode = [MODE_ALIASES.get(split_label(v)[1], split_label(v)[1]) for v in table["variant"]]
     keep = [c for c in ("variant", "point", "n_rejected", "n_issued", "slo_attainment", "mean_ttft_ms",
-                        "p90_tpot_ms", "goodput_rps_per_gpu") if c in table]
+                        "p90_tpot_ms", "goodput_rps", "goodput_rps_per_gpu", "sim_n_rejected_after_prefill",
+                        "sim_wasted_prefill_tokens", "sim_prefill_tokens_computed") if c in table]
     return table[keep].assign(split=list(split), mode=mode)
 
 
 def load_series(load: pd.DataFrame, variants: pd.DataFrame) -> pd.DataFrame:
     """Prefill and decode load over time per variant (first load point of each): the mean over prefill
-    instances of ``queued_prefill_s`` and the mean over decode instances of ``kv_utilization``.
+    instances of ``queued_prefill_s``, and the mean over decode instances of ``kv_utilization`` and (when
+    sampled) of the estimated decode step ``step_s``, the TBT behind Mooncake's TBT ratio.
     ``variants`` maps ``variant`` to ``split`` and ``mode`` (:func:`rejection_table`)."""
     first = load.groupby("variant")["point"].transform("min")
     load = load[load["point"] == first]
     measures = (("prefill", "queued_prefill_s", "prefill: mean queued prefill (s)"),
-                ("decode", "kv_utilization", "decode: mean KV utilization"))
+                ("decode", "kv_utilization", "decode: mean KV utilization"),
+                ("decode", "step_s", "decode: mean estimated TBT (s)"))
     frames = []
     for role, column, label in measures:
         part = load[load["role"] == role]
-        if part.empty or column not in part:
+        if part.empty or column not in part or part[column].isna().all():
             continue
         mean = part.groupby(["variant", "time_s"], sort=False)[column].mean().reset_index(name="value")
         mean["load"] = label

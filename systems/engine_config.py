@@ -132,6 +132,9 @@ class SimEngineConfig(EngineConfig):
     mixed: SimPoolConfig = field(default_factory=SimPoolConfig)  # Splitwise's mixed pool (system.mixed_instances)
     chunked_prefill: bool = True  # colocated instances mix prefill chunks with decodes (vLLM v1); false: vLLM v0's
     #                               default scheduler (whole prompts; an iteration that prefills runs no decodes)
+    whole_prompts: bool = False  # splitwise-sim's batching (needs chunked_prefill=false): no instance chunks a prompt,
+    #                              prefill ones included; whole prompts FCFS within max_num_batched_tokens (the first
+    #                              may exceed it), and running decodes join an iteration when all fit the budget
     max_num_batched_tokens: int = 8192  # tokens per iteration (prefill chunk budget)
     max_num_seqs: int = 256  # running sequences per instance
     kv_link: str = "rdma_200"  # prefill -> decode KV transfer link (systems/sim/links.py)
@@ -159,6 +162,8 @@ class SimEngineConfig(EngineConfig):
         if self.mixed_pool not in MIXED_POOLS:
             raise ConfigError(f"engine.mixed_pool: expected one of {', '.join(MIXED_POOLS)}, got {self.mixed_pool!r}")
         self._check_positive("mixed_prompt_queue_tokens")
+        if self.whole_prompts and self.chunked_prefill:
+            raise ConfigError("engine.whole_prompts: never chunks prompts, so it needs engine.chunked_prefill=false")
 
     def _check_peer_timing(self) -> None:
         """The peer simulators' timing options (systems/sim/perf/peer_timing.py)."""

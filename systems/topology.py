@@ -96,12 +96,13 @@ ENGINE_REFUSES_SYSTEM: Mapping[tuple[str, str], str] = MappingProxyType({
 SGLANG_ROUTER_POLICY: Mapping[str, str] = MappingProxyType({
     "round_robin": "round_robin", "random": "random", "cache_aware": "cache_aware",
     "local_cache_aware": "cache_aware", "least_outstanding": "power_of_two", "load_balancing": "power_of_two",
-    "conductor": "cache_aware",
+    "prefix_match": "cache_aware", "conductor": "cache_aware",
 })
 SGLANG_APPROXIMATIONS: Mapping[str, str] = MappingProxyType({
     "least_outstanding": "the lighter of two sampled workers, not the least loaded of all",
     "load_balancing": "the lighter of two sampled workers, not the shortest estimated queue",
     "conductor": "prefix locality plus load balance, not Mooncake's Conductor (no pool-aware TTFT estimate)",
+    "prefix_match": "prefix locality plus load balance, not the longest local prefix alone",
 })
 
 

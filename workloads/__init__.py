@@ -1,4 +1,4 @@
-"""Workloads: trace loaders (Mooncake JSONL, Azure CSV), the shared-prefix generator, arrival processes and
+"""Workloads: trace loaders (Mooncake JSONL, Azure CSV, ShareGPT lengths), the shared-prefix generator, arrival processes and
 token synthesis. Build one with :func:`build_workload` and call ``.requests()``."""
 
 from workloads.arrivals import ArrivalSchedule, RngStream, arrival_times, assign_arrivals, rng_stream
@@ -18,6 +18,7 @@ from workloads.config import (
     AzureTraceConfig,
     MooncakeTraceConfig,
     SharedPrefixConfig,
+    ShareGPTLengthsConfig,
     WorkloadConfig,
 )
 from workloads.datadir import UPSTREAM_SOURCES, resolve_trace_path, search_dirs
@@ -31,6 +32,7 @@ from workloads.registry import (
     workload_class,
 )
 from workloads.shared_prefix import SharedPrefixWorkload, generate_shared_prefix
+from workloads.sharegpt_lengths import ShareGPTLengthsWorkload, load_sharegpt_lengths
 from workloads.tokens import VocabSpec, prompt_token_ids, scale_blocks
 
 __all__ = [
@@ -47,6 +49,8 @@ __all__ = [
     "MooncakeTraceWorkload",
     "PrefixHitStats",
     "RngStream",
+    "ShareGPTLengthsConfig",
+    "ShareGPTLengthsWorkload",
     "SharedPrefixConfig",
     "SharedPrefixWorkload",
     "TraceFormatError",
@@ -65,6 +69,7 @@ __all__ = [
     "known_kinds",
     "load_azure_trace",
     "load_mooncake_trace",
+    "load_sharegpt_lengths",
     "parse_timestamp_ticks",
     "prefix_hit_stats",
     "prompt_token_ids",

@@ -24,6 +24,7 @@ class RngStream(IntEnum):
     ARRIVALS = 1  # inter-arrival gaps
     GROUP_CHOICE = 2  # shared-prefix group of each session (Zipf)
     INTERLEAVE = 3  # order of sessions' turns
+    SAMPLE = 4  # which rows of a length table are kept, in which order (ShareGPT lengths)
 
 
 def rng_stream(seed: int, stream: RngStream) -> np.random.Generator:

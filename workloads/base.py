@@ -2,7 +2,7 @@
 
 A workload produces its requests in order (:meth:`Workload._load`); :meth:`Workload.requests` then applies,
 for every kind in the same way: ``max_requests`` truncation, the arrival process, request ids 0..n-1,
-``block_tokens`` rescaling, and the summary statistics.
+a fixed ``output_length`` (trace replays), ``block_tokens`` rescaling, and the summary statistics.
 """
 
 from __future__ import annotations
@@ -200,9 +200,12 @@ class Workload(ABC):
         trace_times = np.array([s.arrival_s for s in specs], dtype=np.float64) if loaded.timed else None
         times, schedule = assign_arrivals(len(specs), cfg.arrival, trace_times)
         source_block_size = specs[0].block_size
+        output_length = getattr(cfg, "output_length", None)  # trace replays may fix every output's length
         out = []
         for i, (spec, t) in enumerate(zip(specs, times.tolist(), strict=True)):
             spec = dataclasses.replace(spec, request_id=i, arrival_s=t)
+            if output_length is not None:
+                spec = dataclasses.replace(spec, output_length=output_length)
             if cfg.block_tokens is not None:
                 spec = scale_blocks(spec, cfg.block_tokens)
             out.append(spec)

@@ -19,7 +19,7 @@ from omegaconf import MISSING
 from workloads.errors import WorkloadConfigError
 
 ARRIVAL_KINDS = ("trace", "poisson", "gamma", "closed_loop")
-WORKLOAD_KINDS = ("mooncake_trace", "azure_trace", "shared_prefix")
+WORKLOAD_KINDS = ("mooncake_trace", "azure_trace", "shared_prefix", "sharegpt_lengths")
 
 
 def _is_missing(value: Any) -> bool:
@@ -118,7 +118,7 @@ class WorkloadConfig:
     KIND: ClassVar[Optional[str]] = None  # the ``kind`` a subclass accepts; None: any known kind
 
     name: str = MISSING
-    kind: str = MISSING  # mooncake_trace | azure_trace | shared_prefix
+    kind: str = MISSING  # mooncake_trace | azure_trace | shared_prefix | sharegpt_lengths
     max_requests: Optional[int] = None  # keep the first N requests
     block_tokens: Optional[int] = (
         None  # token-synthesis scale: each hash block becomes this many tokens (512 -> 16)
@@ -145,12 +145,16 @@ class TraceFileConfig(WorkloadConfig):
 
     file: str = MISSING  # relative to the data directory, e.g. mooncake_fast25/conversation_trace.jsonl
     block_size: int = 512  # tokens per hash block
+    output_length: Optional[int] = None  # every request's output set to this many tokens (e.g. 1: prefill only,
+    #                                      Mooncake FAST'25 §5.3.2); null: the lengths the trace records
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not _is_missing(self.file) and (not isinstance(self.file, str) or not self.file):
             _fail("file", f"must be a non-empty path, got {self.file!r}")
         _check_int("block_size", self.block_size, 1)
+        if self.output_length is not None:
+            _check_int("output_length", self.output_length, 1)
 
 
 @dataclass
@@ -168,6 +172,33 @@ class AzureTraceConfig(TraceFileConfig):
     granularity of the never-shared synthetic hash ids)."""
 
     KIND: ClassVar[Optional[str]] = "azure_trace"
+
+
+@dataclass
+class ShareGPTLengthsConfig(TraceFileConfig):
+    """Request lengths of ShareGPT conversations (no text, no timestamps), filtered as DistServe prepares
+    ShareGPT (``evaluation/2-benchmark-serving/0-prepare-dataset.py`` in LLMServe/DistServe) and sampled at
+    random like its benchmark client; arrivals come from a process (Poisson by default)."""
+
+    KIND: ClassVar[Optional[str]] = "sharegpt_lengths"
+
+    arrival: ArrivalConfig = field(default_factory=_synthetic_arrival_default)
+    max_total_tokens: Optional[int] = 2048  # keep rows with prompt + output < this (OPT's context); null: all
+    min_tokens: int = 4  # drop rows whose prompt and output are both shorter than this (DistServe's pruning)
+    sample_seed: Optional[int] = 0  # shuffle the kept rows with this seed (a random sample); null: file order
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_total_tokens is not None:
+            _check_int("max_total_tokens", self.max_total_tokens, 2)
+        _check_int("min_tokens", self.min_tokens, 0)
+        if self.sample_seed is not None:
+            _check_int("sample_seed", self.sample_seed, 0)
+        if isinstance(self.arrival, ArrivalConfig):
+            if self.arrival.kind == "trace":
+                _fail("arrival.kind", "'trace' needs trace timestamps, and sharegpt_lengths has none; use poisson, "
+                      "gamma or closed_loop (e.g. workload.arrival.kind=poisson workload.arrival.rate_rps=2.0)")
+            self.arrival.validate()
 
 
 @dataclass

@@ -30,6 +30,7 @@ class UpstreamSource:
 
 _MOONCAKE = "https://github.com/kvcache-ai/Mooncake"
 _AZURE = "https://github.com/Azure/AzurePublicDataset"
+_SARATHI = "https://github.com/microsoft/sarathi-serve"
 
 UPSTREAM_SOURCES: MappingProxyType[str, UpstreamSource] = MappingProxyType(
     {
@@ -41,6 +42,9 @@ UPSTREAM_SOURCES: MappingProxyType[str, UpstreamSource] = MappingProxyType(
         "mooncake_trace.jsonl": UpstreamSource(_MOONCAKE, "FAST25-release/arxiv-trace/mooncake_trace.jsonl"),
         "AzureLLMInferenceTrace_code.csv": UpstreamSource(_AZURE, "data/AzureLLMInferenceTrace_code.csv"),
         "AzureLLMInferenceTrace_conv.csv": UpstreamSource(_AZURE, "data/AzureLLMInferenceTrace_conv.csv"),
+        "sharegpt_8k_filtered_stats_llama2_tokenizer.csv": UpstreamSource(
+            _SARATHI, "data/processed_traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+        ),
     }
 )
 

@@ -15,9 +15,11 @@ from workloads.config import WorkloadConfig
 from workloads.errors import WorkloadConfigError
 from workloads.mooncake_trace import MooncakeTraceWorkload
 from workloads.shared_prefix import SharedPrefixWorkload
+from workloads.sharegpt_lengths import ShareGPTLengthsWorkload
 
 WORKLOAD_CLASSES: Mapping[str, type[Workload]] = MappingProxyType(
-    {cls.kind: cls for cls in (MooncakeTraceWorkload, AzureTraceWorkload, SharedPrefixWorkload)}
+    {cls.kind: cls for cls in (MooncakeTraceWorkload, AzureTraceWorkload, SharedPrefixWorkload,
+                               ShareGPTLengthsWorkload)}
 )
 
 

@@ -1,96 +1,205 @@
-"""DistServe (OSDI'24) claims: per-GPU goodput, the placement search, tighter SLOs."""
+"""DistServe (OSDI'24) claims, each judged on the paper's own metric as its artifact computes it: per-GPU
+goodput on ShareGPT (Fig. 8 upper row), the tighter SLO it meets (Fig. 8 lower row: the SLO scale at which
+joint attainment crosses 90%, vLLM's over DistServe's) and the placement its simulator's search picks
+(simdistserve README), judged on per-GPU goodput and ties, not on layout equality alone.
+
+Variants are ``<workload>/<system>``; the claims are judged on ``sharegpt`` (DistServe's chatbot workload);
+other workload tags (``sharegpt@n1000``, ``azure_conv`` ...) are reported beside it, and as the sensitivity
+finding when a claim does not hold.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
 from figures.claims.base import (
+    DIRECTION,
+    FAILS,
+    MATCHES,
     Bounded,
     Claim,
     MissingData,
     Outcome,
     Setup,
     capacity_or_missing,
-    direction_outcome,
     format_range,
-    greater_than_one,
+    grade_range,
     need_columns,
     ratio_range,
 )
-from figures.study_tables import (
-    JobFolder,
-    pareto_table,
-    slo_goodput_table,
-)
-from harness.result_files import PLACEMENT_FILE
+from figures.study_tables import JobFolder, slo_goodput_table, split_label
+from harness.result_files import PLACEMENT_FILE, SLO_CROSSING_FILE
 
 DISTSERVE = "DistServe OSDI'24"
+JUDGED_WORKLOAD = "sharegpt"  # DistServe's chatbot workload (ShareGPT)
+GOODPUT_RANGE = (2.0, 4.6)  # §6.2: 2.0x-4.6x higher rate than vLLM, chatbot (OPT-13B/66B/175B)
+TIGHTER_RANGE = (1.8, 3.2)  # §6.2: 1.8x-3.2x tighter SLO than vLLM, chatbot
+TIGHTER_RATE = 1.5  # req/s per GPU of the OPT-13B run in _plot.py plot_fig8_lower
+README_RATE = 1.56  # simdistserve/README.md: best per GPU rate for OPT-13B on 1 x 4 A100
+README_LAYOUT = {"prefill_tp": 2, "prefill_pp": 1, "decode_tp": 1, "decode_pp": 1}
+BAND = 0.25
+
+
+def _ratio_text(lo: float, hi: float) -> str:
+    return format_range(lo, hi, lambda r: f"{r:.2f}x")
+
+
+def _systems(frame: pd.DataFrame, column: str = "system") -> dict[str, pd.DataFrame]:
+    return {str(s).lower(): part for s, part in frame.groupby(column, sort=False)}
+
+
+# ---------------------------------------------------------------------------------------------- goodput
+
+def goodput_ratios(job: JobFolder) -> dict[str, tuple[float, float, str]]:
+    """Per workload with both systems: the range of DistServe's per-GPU goodput over vLLM's, and a label."""
+    goodput = capacity_or_missing(lambda: slo_goodput_table(job, str(job.setting("workload.name", ""))))
+    out: dict[str, tuple[float, float, str]] = {}
+    for workload, group in goodput.groupby("workload", sort=False):
+        systems = _systems(group)
+        if "distserve" not in systems or "vllm" not in systems:
+            continue
+        a, b = (Bounded(float(x["goodput_rps_per_gpu"].iloc[0]), str(x["bound"].iloc[0]),
+                        float(x["lowest_measured"].iloc[0]), str(x["label"].iloc[0]))
+                for x in (systems["distserve"], systems["vllm"]))
+        lo, hi = ratio_range(a, b)
+        out[str(workload)] = (lo, hi, f"{workload}: {_ratio_text(lo, hi)} (DistServe {a} vs vLLM {b} req/s/GPU)")
+    return out
 
 
 def distserve_goodput(job: JobFolder) -> Outcome:
-    """DistServe's per-GPU goodput over vLLM's, on azure_conv when the job has it."""
-    table = job.table()
-    need_columns(table, "variant", "per_gpu_rate", "slo_attainment")
-    goodput = capacity_or_missing(lambda: slo_goodput_table(job, str(job.setting("workload.name", ""))))
-    parts = []
-    results: dict[str, tuple[float, float]] = {}
-    for workload, group in goodput.groupby("workload", sort=False):
-        ds = group[group["system"].str.lower() == "distserve"]
-        vl = group[group["system"].str.lower() == "vllm"]
-        if ds.empty or vl.empty:
+    """DistServe's per-GPU goodput over vLLM's at 90% joint attainment, judged on ShareGPT."""
+    need_columns(job.table(), "variant", "per_gpu_rate", "slo_attainment")
+    ratios = goodput_ratios(job)
+    if JUDGED_WORKLOAD not in ratios:
+        raise MissingData(f"no {JUDGED_WORKLOAD}/DistServe and {JUDGED_WORKLOAD}/vLLM variants (rerun the preset)")
+    lo, hi, text = ratios[JUDGED_WORKLOAD]
+    verdict = grade_range(lo, hi, *GOODPUT_RANGE)
+    others = [t for w, (_, _, t) in ratios.items() if w != JUDGED_WORKLOAD]
+    reason = (f"judged on {JUDGED_WORKLOAD}: highest per-GPU rate with >= 90% of requests meeting TTFT and TPOT, "
+              f"interpolated between measured rates; matches within +-{BAND:.0%} of "
+              f"{GOODPUT_RANGE[0]:g}-{GOODPUT_RANGE[1]:g}x")
+    if lo <= 1 < hi:
+        reason += "; inconclusive: the measured rates do not pin the ratio down"
+    sensitivity = "; ".join(others) if verdict == FAILS else ""
+    value = "; ".join([text, *others]) if verdict != FAILS else text
+    return Outcome(value, verdict, reason, sensitivity)
+
+
+# ---------------------------------------------------------------------------------------------- tighter SLO
+
+def _interval(row: pd.Series) -> tuple[float, float]:
+    """The range a crossing scale can lie in (``slo_crossing.csv``'s bound)."""
+    scale = float(row["crossing_scale"])
+    if row["bound"] == "at_most":
+        return 0.0, scale
+    if row["bound"] == "above_range":
+        return scale, math.inf
+    return scale, scale
+
+
+def _scale_ratio(ds: pd.Series, vl: pd.Series) -> tuple[float, float]:
+    """The range of vLLM's crossing scale over DistServe's."""
+    d_lo, d_hi = _interval(ds)
+    v_lo, v_hi = _interval(vl)
+    lo = v_lo / d_hi if d_hi > 0 else math.inf
+    hi = v_hi / d_lo if d_lo > 0 else math.inf
+    return lo, hi
+
+
+def scale_ratios(crossings: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per workload tag and per-GPU rate with both systems: vLLM's crossing scale over DistServe's."""
+    parts = [split_label(v) for v in crossings["variant"]]
+    frame = crossings.assign(workload=[w for w, _ in parts], system=[s.lower() for _, s in parts])
+    rows = []
+    for (workload, rate), group in frame.groupby(["workload", "per_gpu_rate"], sort=False):
+        systems = _systems(group)
+        if "distserve" not in systems or "vllm" not in systems:
             continue
-        a, b = (Bounded(float(x["goodput_rps_per_gpu"].iloc[0]), str(x["bound"].iloc[0]),
-                        float(x["lowest_measured"].iloc[0]), str(x["label"].iloc[0])) for x in (ds, vl))
-        results[workload] = ratio_range(a, b)
-        ratio = format_range(*results[workload], lambda r: f"{r:.2f}x")
-        parts.append(f"{workload}: {ratio} (DistServe {a} vs vLLM {b} req/s/GPU)")
-    if not results:
-        raise MissingData("no workload has both a DistServe and a vLLM variant")
-    judged = "azure_conv" if "azure_conv" in results else next(iter(results))
-    holds, note = greater_than_one(*results[judged])
-    reason = f"judged on {judged} (no prefix reuse, like DistServe's ShareGPT chatbot)" if judged == "azure_conv" \
-        else f"judged on {judged}: this job has no azure_conv variants"
-    return direction_outcome("; ".join(parts), holds, "; ".join(x for x in (reason, note) if x))
+        ds, vl = systems["distserve"].iloc[0], systems["vllm"].iloc[0]
+        lo, hi = _scale_ratio(ds, vl)
+        rows.append({"workload": workload, "rate": float(rate), "lo": lo, "hi": hi,
+                     "text": f"{workload} at {float(rate):g} req/s/GPU: {_ratio_text(lo, hi)} (crossing scale "
+                             f"DistServe {ds['label']}, vLLM {vl['label']})"})
+    return rows
+
+
+def distserve_tighter_slo(job: JobFolder) -> Outcome:
+    """vLLM's 90% crossing SLO scale over DistServe's at 1.5 req/s per GPU on ShareGPT (Fig. 8 lower row)."""
+    if not job.has(SLO_CROSSING_FILE):
+        raise MissingData(f"the job wrote no {SLO_CROSSING_FILE} (a study with study.slo_scales)")
+    rows = scale_ratios(job.table(SLO_CROSSING_FILE))
+    judged = [r for r in rows if r["workload"] == JUDGED_WORKLOAD and math.isclose(r["rate"], TIGHTER_RATE)]
+    if not judged:
+        raise MissingData(f"no {JUDGED_WORKLOAD}/DistServe and {JUDGED_WORKLOAD}/vLLM crossing at "
+                          f"{TIGHTER_RATE:g} req/s per GPU")
+    main = judged[0]
+    verdict = grade_range(main["lo"], main["hi"], *TIGHTER_RANGE)
+    others = [r["text"] for r in rows if r is not main]
+    reason = (f"per-request joint attainment (TTFT and TPOT both within scale x (250 ms, 100 ms)) over scales "
+              f"1.6 ... 0.4, the 90% crossing interpolated linearly as DistServe's _plot.py does; ratio = vLLM's "
+              f"scale / DistServe's; matches within +-{BAND:.0%} of {TIGHTER_RANGE[0]:g}-{TIGHTER_RANGE[1]:g}x")
+    sensitivity = "; ".join(others) if verdict == FAILS else ""
+    value = main["text"] if verdict == FAILS else "; ".join([main["text"], *others])
+    return Outcome(value, verdict, reason, sensitivity)
+
+
+# ---------------------------------------------------------------------------------------------- placement
+
+def _layout(plan: dict[str, Any]) -> str:
+    return (f"P TP{plan.get('prefill_tp')}PP{plan.get('prefill_pp', 1)} + D TP{plan.get('decode_tp')}"
+            f"PP{plan.get('decode_pp', 1)}")
+
+
+def _plans(plans: Iterable[dict[str, Any]]) -> str:
+    return ", ".join(f"{_layout(p)} ({p.get('n_gpus')} GPUs)" for p in plans) or "none"
+
+
+def _search_text(result: dict[str, Any]) -> str:
+    chosen, readme = result.get("chosen") or {}, result.get("readme_pair") or {}
+    rate = result.get("per_gpu_goodput_rps")
+    readme_rate = readme.get("per_gpu_rate")
+    ties = [p for p in result.get("tied") or [] if _layout(p) != _layout(chosen)]
+    return (f"chosen {_layout(chosen) if chosen else 'none'} ({chosen.get('n_gpus', '?')} GPUs) at "
+            f"{'n/a' if rate is None else f'{rate:.3g}'} req/s/GPU, tied with it: {_plans(ties)}; "
+            f"README pair P TP2 + D TP1: {'not searched' if readme_rate is None else f'{readme_rate:.3g} req/s/GPU'}"
+            f"{' (tied with the best)' if readme.get('tied_with_best') else ''}")
 
 
 def distserve_placement(job: JobFolder) -> Outcome:
-    """The placement search's chosen layout against the DistServe README's."""
+    """The simdistserve-style search's per-GPU goodput of the README's pair, against the best pair's and
+    the README's 1.56 req/s per GPU."""
     if not job.has(PLACEMENT_FILE):
         raise MissingData(f"the job wrote no {PLACEMENT_FILE}")
     report = job.json(PLACEMENT_FILE)
-    chosen = report.get("chosen")
-    if not chosen:
-        raise MissingData("placement.json has no chosen configuration")
-    rate = report.get("per_gpu_goodput_rps")
-    workload = (report.get("workload") or {}).get("name", "?")
-    p_tp, d_tp = chosen.get("prefill_tp"), chosen.get("decode_tp")
-    p_pp, d_pp = chosen.get("prefill_pp", 1), chosen.get("decode_pp", 1)
-    value = (f"{chosen.get('n_prefill')} x prefill TP{p_tp} PP{p_pp} + {chosen.get('n_decode')} x decode "
-             f"TP{d_tp} PP{d_pp}; " + (f"{rate:.2f} req/s/GPU" if rate is not None else "no goodput"))
-    holds = (p_tp, d_tp, p_pp, d_pp) == (2, 1, 1, 1)
-    reason = "same layout as the README" if holds else "a different layout from the README's"
-    return direction_outcome(value, holds, f"{reason}; rates differ with the workload ({workload}, not ShareGPT)")
-
-
-def distserve_pareto(job: JobFolder) -> Outcome:
-    """Tightest SLO scale each system meets (p90 TTFT and TPOT within scale x SLO), vLLM over DistServe."""
-    table = job.table()
-    need_columns(table, "variant", "p90_ttft_ms", "p90_tpot_ms", "slo_attainment")
-    ttft = float(job.setting("slo.ttft_ms", 250.0) or 250.0)
-    tpot = float(job.setting("slo.tpot_ms", 100.0) or 100.0)
-    data = pareto_table(table, ttft, tpot)
-    best = data.loc[data.groupby("system")["slo_scale"].idxmin()].set_index("system")
-    names = {s.lower(): s for s in best.index}
-    if "distserve" not in names or "vllm" not in names:
-        raise MissingData("the job needs both vLLM and DistServe variants")
-    ds, vl = best.loc[names["distserve"]], best.loc[names["vllm"]]
-    ratio = vl["slo_scale"] / ds["slo_scale"]
-    value = (f"{ratio:.2f}x (tightest SLO scale: DistServe {ds['slo_scale']:.2f} with {ds['variant']}, "
-             f"vLLM {vl['slo_scale']:.2f} with {vl['variant']})")
-    inside = data.groupby("system")["inside_slo"].sum()
-    reason = (f"p90 TTFT and p90 TPOT both within scale x ({ttft:g} ms, {tpot:g} ms) at the preset's one load; "
-              + ", ".join(f"{s}: {int(n)} of {int((data['system'] == s).sum())} configurations inside the SLO box"
-                          for s, n in inside.items()))
-    return direction_outcome(value, bool(ratio > 1), reason)
-
+    if report.get("method") != "simdistserve" or "readme_pair" not in report:
+        raise MissingData("the job did not run the README's search (study.params.method=simdistserve)")
+    readme = report["readme_pair"]
+    rate = readme.get("per_gpu_rate")
+    if rate is None:
+        raise MissingData("the search did not evaluate the README's pair (prefill TP2 + decode TP1)")
+    tied = bool(readme.get("tied_with_best"))
+    in_band = README_RATE * (1 - BAND) <= rate <= README_RATE * (1 + BAND)
+    verdict = MATCHES if tied and in_band else (DIRECTION if tied else FAILS)
+    workload = report.get("workload") or {}
+    reason = (f"holds when the README's pair reaches the best per-GPU goodput of the search (chosen or tied); "
+              f"matches when its goodput is also within +-{BAND:.0%} of {README_RATE:g} req/s/GPU "
+              f"(simdistserve's bisection grid: 1.56 = 1.5625); {workload.get('name', '?')}, "
+              f"N={workload.get('n_requests', '?')} per probe, iteration overhead "
+              f"{report.get('iteration_overhead', '?')}")
+    sensitivity = ""
+    if verdict == FAILS:
+        runs = report.get("sensitivity") or {}
+        sensitivity = "; ".join(f"{name} ({', '.join(f'{k}={v}' for k, v in (r.get('changes') or {}).items())}): "
+                                f"{_search_text(r)}" for name, r in runs.items())
+        flipped = any((r.get("readme_pair") or {}).get("tied_with_best") for r in runs.values())
+        if runs and not flipped:
+            sensitivity += ("; no sensitivity run flips the choice (docs/placement.md lists what still differs from "
+                            "the README's run: the request set, pipeline pairs, simdistserve's decode iterations)")
+    return Outcome(_search_text(report), verdict, reason, sensitivity)
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -98,21 +207,49 @@ CLAIMS: tuple[Claim, ...] = (
           "Disaggregation serves more requests per GPU than colocated vLLM within the chatbot SLO at 90% "
           "attainment (§6.2, Fig. 8 [P])",
           "2.0-4.6x the rate of vLLM (chatbot, OPT-13B/66B/175B)", "distserve_slo_attainment", distserve_goodput,
-          setup=Setup(paper="OPT-13B/66B/175B on A100 nodes, ShareGPT chatbot, per-GPU rate swept, TTFT/TPOT SLOs at 90% attainment; vLLM timed with its own profile",
-          ours="OPT-13B simulated on A100-80GB with DistServe's profile, 4 GPUs per system, shared-prefix chat and Azure conversation traces",
-          differences=("trace: not ShareGPT", "vLLM timed with DistServe's profile, not vLLM's", "one model size (13B)"))),
+          setup=Setup(
+              paper="real A100 runs (artifact opt-13b scripts): ShareGPT (OPT tokenizer, prompt + output < 2048), "
+                    "100 requests per GPU per rate, Poisson, per-GPU rates 0.25-3; DistServe prefill TP2 + decode "
+                    "TP1 (3 GPUs) vs vLLM TP1 (1 GPU, no chunked prefill, 16384 batched tokens, 1024 seqs); "
+                    "TTFT 250 ms / TPOT 100 ms, joint attainment, 90% crossing interpolated",
+              ours="simulated OPT-13B with DistServe's fitted A100 profiles (vLLM's profile for vLLM), the same "
+                   "deployments, batch limits, request counts, SLO and rates (plus 4, 5, 6, 8), Sarathi-Serve's "
+                   "ShareGPT lengths filtered as DistServe does; also 4-GPU deployments of all four systems on "
+                   "shared_prefix_chat and azure_conv, and a 1,000-requests-per-GPU ShareGPT run",
+              differences=("ShareGPT lengths: a public stand-in (Llama-2 tokenizer, each row a request as "
+                           "Sarathi-Serve built it), not DistServe's own preprocessing (a random prompt turn)",
+                           "simulated, not measured: no scheduling or Ray overhead, KV transfer on a modelled NVLink",
+                           "one model size (13B) of the three"))),
     Claim("distserve_placement", DISTSERVE,
           "The placement search for OPT-13B on one node of 4 A100s (TTFT 200 ms, TPOT 100 ms, 90%) picks "
           "prefill TP2 + decode TP1 (LLMServe/DistServe simdistserve/README.md [P])",
           "tp_prefill=2, tp_decode=1; 1.56 req/s/GPU (ShareGPT)", "distserve_placement", distserve_placement,
-          setup=Setup(paper="simdistserve README: OPT-13B, 1 node x 4 A100, ShareGPT, TTFT 200 ms / TPOT 100 ms at 90%, N=300 per probe",
-          ours="our placement search, same model, node and SLO, N=300, Azure conversation lengths",
-          differences=("trace: Azure conversation, not ShareGPT", "layout equality judged, not per-GPU goodput"))),
+          setup=Setup(
+              paper="simdistserve README: OPT-13B, 1 node x 4 A100, ShareGPT, every prefill + decode pair in the "
+                    "node (PP included), N=300 per probe, per-GPU rate bisected on [0, 5] to 0.25, P90 TTFT < 200 "
+                    "ms and P90 TPOT < 100 ms checked separately, TPOT = decode time / output length, whole-prompt "
+                    "prefill batches, 2 ms + 1e-4 ms/token per iteration",
+              ours="the same search on our simulator (study.params.method=simdistserve): the same model, "
+                   "profiles, SLO, N, bisection, checks, TPOT rule and per-iteration overhead; ShareGPT lengths",
+              differences=("ShareGPT lengths: a public stand-in, not DistServe's own preprocessing",
+                           "pipeline-parallel pairs skipped (our instance runs a pipeline as one server, "
+                           "understating its latency); simdistserve also searched them",
+                           "decode instances hold at most their KV capacity and queue the rest; simdistserve's "
+                           "decode has no KV limit and takes at most 50,000 context tokens per iteration, in turn",
+                           "ties and the README pair's goodput judged, not layout equality alone"))),
     Claim("distserve_tighter_slo", DISTSERVE,
-          "At the same GPU count, disaggregation meets tighter latency SLOs than colocation "
-          "(§6.2 [P]; our proxy: the tightest common TTFT/TPOT SLO scale a configuration meets at p90)",
-          "1.8-3.2x tighter SLO than vLLM (chatbot)", "distserve_pareto", distserve_pareto,
-          setup=Setup(paper="artifact scripts: fixed per-GPU rate, DistServe P TP2 + D TP1 (3 GPUs) vs vLLM TP1 (1 GPU), SLO scale swept, joint per-request attainment, 90% crossing interpolated, ratio = vLLM scale / DistServe scale",
-          ours="a Pareto proxy: the tightest common SLO scale met at p90 over P:D splits and batch limits at one load",
-          differences=("metric: p90 box, not joint attainment", "GPU counts: 4 vs 4, not 3 vs 1"))),
+          "At the same per-GPU rate, disaggregation meets tighter latency SLOs than colocation (§6.2, Fig. 8 "
+          "lower row [P]; measured as the artifact's _plot.py does)",
+          "1.8-3.2x tighter SLO than vLLM (chatbot)", "distserve_tighter_slo", distserve_tighter_slo,
+          setup=Setup(
+              paper="artifact (_plot.py plot_fig8_lower, OPT-13B): one run per system at 1.5 req/s per GPU, "
+                    "100 requests per GPU, DistServe prefill TP2 + decode TP1 (3 GPUs) vs vLLM TP1 (1 GPU), "
+                    "ShareGPT, TTFT 250 ms and TPOT 100 ms both scaled by 1.6 ... 0.4, per-request joint "
+                    "attainment, 90% crossing by linear interpolation, ratio = vLLM's scale / DistServe's",
+              ours="the same rate, request counts, deployments, batch limits, scales, metric and interpolation, "
+                   "simulated with DistServe's fitted profiles (vLLM's for vLLM) on ShareGPT lengths; also 1.0 "
+                   "and 1.25 req/s per GPU, 1,000 requests per GPU, and Azure conversation lengths",
+              differences=("ShareGPT lengths: a public stand-in, not DistServe's own preprocessing",
+                           "simulated, not measured",
+                           "one model size (13B) of the three"))),
 )

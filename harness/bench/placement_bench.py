@@ -10,9 +10,9 @@ min wall times are printed with the chosen configuration and its goodput per GPU
 times one complete ``python -m harness experiment=distserve_placement`` in a fresh interpreter
 (imports and Hydra included), which is what DistServe's own ``simdistserve.simulate`` command measures.
 
-Reference: DistServe's simulator (``simdistserve/README.md`` example, OPT-13B on 1 x 4 A100, ShareGPT)
-reports ``Best per GPU rate: 1.56`` with ``tp_prefill=2, tp_decode=1``. No speed ratio against it is
-printed: its time was not measured in the same run.
+No figure of DistServe's simulator is printed here (neither its README's result nor a time measured
+elsewhere): ``python -m harness.bench.peer_agreement --only simdistserve`` runs its search and ours on the
+same requests and times both in the same run.
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  goodput per GPU: {_fmt(m['per_gpu_goodput_rps'])} (per-phase searches), "
           f"{_fmt(m['verified_per_gpu_goodput_rps'])} (end-to-end P/D simulation), "
           f"{_fmt(m['ideal_per_gpu_goodput_rps'])} (best layouts, ideal P:D ratio)")
-    print("  DistServe README (ShareGPT): 1.56 per GPU with tp_prefill=2, tp_decode=1 (3 GPUs)")
+    print("  against DistServe's own search, same requests, same run: python -m harness.bench.peer_agreement "
+          "--only simdistserve")
     return 0
 
 

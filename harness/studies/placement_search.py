@@ -1,6 +1,9 @@
 """``job=sim_study study.kind=placement_search``: DistServe's placement search (OSDI'24, Algorithm 1, high
 node affinity) for the configured model, hardware, workload and SLO; the algorithm is
-:mod:`harness.studies.placement_algorithm`.
+:mod:`harness.studies.placement_algorithm`. ``study.params.method=simdistserve`` runs instead the search of
+DistServe's own simulator (its README example): one prefill + one decode instance per configuration, the
+per-GPU rate bisected on a fixed grid, P90 TTFT and P90 TPOT checked separately
+(:mod:`harness.studies.placement_pairs`; ``docs/placement.md`` sets the two side by side).
 
 Each phase is sized on one simulated instance (prefill against ``slo.ttft_ms``, decode against
 ``slo.tpot_ms``, both at ``slo.attainment_target``) on the first ``study.max_requests`` requests of the
@@ -9,6 +12,12 @@ node budget and, by default, the plan's end-to-end max rate is found with full P
 
 ``study.params`` (all optional):
 
+- ``method`` (``alg1``): ``alg1`` (Algorithm 1, below) | ``simdistserve`` (the pair search; it reads
+  ``gpus_per_node``, ``pipeline_parallel``, ``even_pipeline_stages`` and its own ``max_per_gpu_rate`` (5),
+  ``esp`` (0.25), ``tpot_rule`` (``simdistserve``: decode time / output length; ``suite``: / (output - 1)),
+  ``decode_kv_limit`` (``profile``: the layout's KV capacity; ``none``: unlimited, as simdistserve's decode
+  worker) and ``sensitivity`` (``{name: {param: value}}``: the search rerun with those params changed, each
+  result under ``placement.json``'s ``sensitivity``);
 - ``gpus_per_node`` (4), ``nodes`` (1): the GPU budget; ``tp <= gpus_per_node``, ``tp * pp <= both``;
 - ``target_rate_rps`` (null): also replicate the best layouts to serve this rate;
 - ``verify`` (``bisect``): ``bisect`` | ``point`` (attainment at the plan's rate) | ``none``;
@@ -28,7 +37,9 @@ node budget and, by default, the plan's end-to-end max rate is found with full P
 
 Writes ``study.csv`` (one row per phase and layout: rate, rate per GPU, attainment at that rate,
 simulations run; skipped layouts with their reason) and ``placement.json`` (the chosen configuration,
-goodput per GPU, replication plan, end-to-end check, wall time).
+goodput per GPU, replication plan, end-to-end check, wall time). With ``method=simdistserve``, one
+``study.csv`` row per pair and ``placement.json`` with the chosen pair, every pair tied with it, the README's
+pair and every probe (:mod:`harness.studies.placement_pairs_report`).
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Any, Optional
 
 import numpy as np
@@ -57,11 +69,19 @@ from harness.studies.placement_algorithm import (
     SearchSettings,
     search_placement,
 )
+from harness.studies.placement_pairs import (
+    DECODE_KV_LIMITS,
+    TPOT_RULES,
+    PairSearchResult,
+    PairSettings,
+    search_pairs,
+)
+from harness.studies.placement_pairs_report import pair_report, pair_table
 from harness.studies.simulate import load_requests, point_workload
 from systems.sim.cluster import ClusterSetup, PoolSetup
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.registry import build_perf_model
-from systems.sim.simulation import build_setup
+from systems.sim.simulation import build_setup, peer_timing_params, perf_model_params
 from systems.topology import topology_of
 
 log = logging.getLogger(__name__)
@@ -71,7 +91,10 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "gpus_per_node": 4, "nodes": 1, "target_rate_rps": None, "verify": "bisect", "objective": "per_gpu",
     "growth": 2.0, "rel_tol": 0.01, "max_bisect_steps": 8, "hint_scale": 0.8, "max_rate_rps": 1e4,
     "throughput_bound": True, "pipeline_parallel": False, "even_pipeline_stages": True,
+    "method": "alg1", "max_per_gpu_rate": 5.0, "esp": 0.25, "tpot_rule": "simdistserve",
+    "decode_kv_limit": "profile", "sensitivity": {},
 }
+METHODS = ("alg1", "simdistserve")
 PP_REASON = ("pp={pp}: the simulator runs an instance as one server at the per-stage time (time / pp), "
              "which understates a pipeline's latency ~pp-fold (study.params.pipeline_parallel=true searches it anyway)")
 # LLMServe/DistServe simdistserve/README.md: the same search for OPT-13B, 1 node x 4 A100, TTFT 200 ms,
@@ -92,7 +115,7 @@ def placement_params(study: Any) -> dict[str, Any]:
         value = params[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"study.params.{key}: must be an integer >= 1, got {value!r}")
-    for key in ("growth", "rel_tol", "hint_scale", "max_rate_rps"):
+    for key in ("growth", "rel_tol", "hint_scale", "max_rate_rps", "max_per_gpu_rate", "esp"):
         if not isinstance(params[key], int | float) or not params[key] > 0:
             raise ConfigError(f"study.params.{key}: must be a number > 0, got {params[key]!r}")
     if params["growth"] <= 1:
@@ -107,7 +130,42 @@ def placement_params(study: Any) -> dict[str, Any]:
             raise ConfigError(f"study.params.{key}: must be true or false, got {params[key]!r}")
     if params["objective"] not in OBJECTIVES:
         raise ConfigError(f"study.params.objective: expected one of {', '.join(OBJECTIVES)}, got {params['objective']!r}")
+    if params["method"] not in METHODS:
+        raise ConfigError(f"study.params.method: expected one of {', '.join(METHODS)}, got {params['method']!r}")
+    if params["tpot_rule"] not in TPOT_RULES:
+        raise ConfigError(f"study.params.tpot_rule: expected one of {', '.join(TPOT_RULES)}, got {params['tpot_rule']!r}")
+    if params["method"] == "simdistserve" and params["nodes"] != 1:
+        raise ConfigError(f"study.params.nodes: method=simdistserve searches one node, as DistServe's README "
+                          f"example does; got {params['nodes']}")
+    if params["decode_kv_limit"] not in DECODE_KV_LIMITS:
+        raise ConfigError(f"study.params.decode_kv_limit: expected one of {', '.join(DECODE_KV_LIMITS)}, "
+                          f"got {params['decode_kv_limit']!r}")
+    _check_sensitivity(params)
     return params
+
+
+def _check_sensitivity(params: dict[str, Any]) -> None:
+    """Each ``study.params.sensitivity.<name>`` is a mapping of other pair-search params."""
+    runs = params["sensitivity"]
+    if not isinstance(runs, dict):
+        raise ConfigError(f"study.params.sensitivity: must be a mapping of name -> params, got {runs!r}")
+    if runs and params["method"] != "simdistserve":
+        raise ConfigError("study.params.sensitivity: only method=simdistserve reruns its search")
+    for name, changes in runs.items():
+        if not isinstance(changes, dict) or not changes:
+            raise ConfigError(f"study.params.sensitivity.{name}: must be a non-empty mapping of params, got {changes!r}")
+        bad = sorted(set(changes) & {"method", "sensitivity", "gpus_per_node", "nodes"}) or \
+            sorted(set(changes) - set(DEFAULT_PARAMS))
+        if bad:
+            raise ConfigError(f"study.params.sensitivity.{name}.{bad[0]}: not a param a sensitivity run can change")
+        placement_params(_Params({**{k: v for k, v in params.items() if k != "sensitivity"}, **changes}))
+
+
+class _Params:
+    """A stand-in study holding only ``params`` (to validate a sensitivity run's params)."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = params
 
 
 def _check(cfg: Config) -> None:
@@ -134,7 +192,8 @@ def build_simulator(cfg: Config) -> tuple[PlacementSimulator, dict[str, Any]]:
 
     def perf_for(shape: InstanceShape) -> PerfModel:
         return build_perf_model(cfg.engine.perf_model, cfg.model, hw, shape, profiles_dir=cfg.engine.profiles_dir,
-                                gpu_memory_utilization=cfg.engine.gpu_memory_utilization)
+                                gpu_memory_utilization=cfg.engine.gpu_memory_utilization, **perf_model_params(cfg),
+                                **peer_timing_params(cfg))
 
     def make_setup(pools: tuple[PoolSetup, ...]) -> ClusterSetup:
         return dataclasses.replace(build_setup(cfg, [], {}, seed=cfg.seed), pools=pools)
@@ -151,11 +210,9 @@ def build_simulator(cfg: Config) -> tuple[PlacementSimulator, dict[str, Any]]:
     return sim, workload
 
 
-def plan_placement(cfg: Config) -> tuple[PlacementResult, dict[str, Any], dict[str, Any]]:
-    """Run the search for ``cfg``: (result, params, workload statistics)."""
-    _check(cfg)
-    params = placement_params(cfg.study)
-    sim, workload = build_simulator(cfg)
+def layout_filter(cfg: Config, params: dict[str, Any]) -> Callable[[Parallelism], Optional[str]]:
+    """Why a layout is left out of the search (None: searched): pipelines unless ``pipeline_parallel``,
+    uneven pipeline stages with ``even_pipeline_stages``."""
     layers = cfg.model.num_layers
 
     def unsupported(par: Parallelism) -> Optional[str]:
@@ -165,6 +222,23 @@ def plan_placement(cfg: Config) -> tuple[PlacementResult, dict[str, Any], dict[s
             return f"pp={par.pp} does not divide the {layers} layers of {cfg.model.name} (even_pipeline_stages)"
         return None
 
+    return unsupported
+
+
+def plan_pairs(cfg: Config, params: dict[str, Any], sim: PlacementSimulator) -> PairSearchResult:
+    """simdistserve's pair search for ``cfg`` (``method=simdistserve``)."""
+    settings = PairSettings(max_per_gpu_rate=float(params["max_per_gpu_rate"]), esp=float(params["esp"]),
+                            quantile=cfg.slo.attainment_target, tpot_rule=params["tpot_rule"],
+                            decode_kv_limit=params["decode_kv_limit"])
+    return search_pairs(sim, params["gpus_per_node"], settings, layout_filter(cfg, params))
+
+
+def plan_placement(cfg: Config) -> tuple[PlacementResult, dict[str, Any], dict[str, Any]]:
+    """Run Algorithm 1 for ``cfg``: (result, params, workload statistics)."""
+    _check(cfg)
+    params = placement_params(cfg.study)
+    sim, workload = build_simulator(cfg)
+    unsupported = layout_filter(cfg, params)
     settings = SearchSettings(target=cfg.slo.attainment_target, growth=float(params["growth"]),
                               rel_tol=float(params["rel_tol"]), max_steps=params["max_bisect_steps"],
                               hint_scale=float(params["hint_scale"]), max_rate_rps=float(params["max_rate_rps"]),
@@ -218,12 +292,8 @@ def placement_report(cfg: Config, result: PlacementResult, params: dict[str, Any
                         "sims": v.search.n_evals if v.search else 1,
                         "evaluations": [list(e) for e in v.search.evaluations] if v.search else None}
     return {
-        "algorithm": "DistServe Alg. 1 (high node affinity)",
-        "model": cfg.model.name, "hardware": cfg.hardware.name, "perf_model": cfg.engine.perf_model,
-        "gpus_per_node": params["gpus_per_node"], "nodes": params["nodes"], "gpu_budget": result.gpu_budget,
-        "slo": {"name": cfg.slo.name, "ttft_ms": cfg.slo.ttft_ms, "tpot_ms": cfg.slo.tpot_ms,
-                "attainment_target": cfg.slo.attainment_target},
-        "workload": workload,
+        **report_header(cfg, params, workload),
+        "algorithm": "DistServe Alg. 1 (high node affinity)", "gpu_budget": result.gpu_budget,
         "objective": result.objective,
         "chosen": _plan(result.plan),
         "alg1_plan": _plan(result.alg1_plan),
@@ -232,10 +302,20 @@ def placement_report(cfg: Config, result: PlacementResult, params: dict[str, Any
         "best_prefill": _phase(result.best_prefill), "best_decode": _phase(result.best_decode),
         "verification": verification,
         "replication": dataclasses.asdict(result.replication) if result.replication else None,
-        "params": params,
         "n_simulations": result.n_sims, "search_wall_s": result.wall_s, "phase_wall_s": result.phase_wall_s,
-        "reference_distserve_readme": DISTSERVE_README,
     }
+
+
+def report_header(cfg: Config, params: dict[str, Any], workload: dict[str, Any]) -> dict[str, Any]:
+    """The ``placement.json`` fields every method writes: what was searched, for what, with what."""
+    engine = cfg.engine
+    return {"method": params["method"], "model": cfg.model.name, "hardware": cfg.hardware.name,
+            "perf_model": engine.perf_model, "iteration_overhead": getattr(engine, "iteration_overhead", "none"),
+            "max_num_batched_tokens": engine.max_num_batched_tokens, "max_num_seqs": engine.max_num_seqs,
+            "gpus_per_node": params["gpus_per_node"], "nodes": params["nodes"],
+            "slo": {"name": cfg.slo.name, "ttft_ms": cfg.slo.ttft_ms, "tpot_ms": cfg.slo.tpot_ms,
+                    "attainment_target": cfg.slo.attainment_target},
+            "workload": workload, "params": params, "reference_distserve_readme": DISTSERVE_README}
 
 
 def summary_metrics(cfg: Config, report: dict[str, Any]) -> dict[str, Any]:
@@ -256,8 +336,45 @@ def summary_metrics(cfg: Config, report: dict[str, Any]) -> dict[str, Any]:
             "total_wall_s": report["total_wall_s"]}
 
 
+def run_pair_search(cfg: Config, folder: RunFolder) -> JobResult:
+    """``method=simdistserve``: the pair search, then ``study.csv`` and ``placement.json`` in ``folder``."""
+    start = time.perf_counter()
+    _check(cfg)
+    params = placement_params(cfg.study)
+    sim, workload = build_simulator(cfg)
+    search = plan_pairs(cfg, params, sim)
+    table = pair_table(search)
+    report = {**report_header(cfg, params, workload), **pair_report(search)}
+    sensitivity = {}
+    for name, changes in params["sensitivity"].items():
+        rerun = pair_report(plan_pairs(cfg, {**params, **changes}, sim))
+        sensitivity[name] = {"changes": dict(changes), **{k: rerun[k] for k in (
+            "chosen", "per_gpu_goodput_rps", "tied", "readme_pair", "n_simulations", "search_wall_s")}}
+        log.info("sensitivity %s (%s): %s at %s req/s per GPU; README pair %s", name, changes, rerun["chosen"],
+                 rerun["per_gpu_goodput_rps"], rerun["readme_pair"]["per_gpu_rate"])
+    report["sensitivity"] = sensitivity
+    report["total_wall_s"] = time.perf_counter() - start
+    folder.write_table(STUDY_FILE, table)
+    folder.write_json(PLACEMENT_FILE, report)
+    chosen = report["chosen"] or {}
+    metrics = {"study": cfg.study.kind, "figure": cfg.study.figure, "method": params["method"],
+               **{k: chosen.get(k) for k in ("prefill_tp", "prefill_pp", "decode_tp", "decode_pp", "n_gpus",
+                                             "rate_rps")},
+               "per_gpu_goodput_rps": report["per_gpu_goodput_rps"], "n_tied": len(report["tied"]),
+               "readme_pair_per_gpu_rate": report["readme_pair"]["per_gpu_rate"],
+               "n_simulations": report["n_simulations"], "search_wall_s": report["search_wall_s"],
+               "total_wall_s": report["total_wall_s"]}
+    log.info("placement (simdistserve pairs): %s at %s req/s per GPU, %d tied, in %.2f s, %d simulations",
+             chosen, report["per_gpu_goodput_rps"], len(report["tied"]), report["total_wall_s"],
+             report["n_simulations"])
+    return JobResult(metrics=metrics, workload=workload, files={"study": STUDY_FILE, "placement": PLACEMENT_FILE},
+                     tables={"study": table})
+
+
 def run_placement_search(cfg: Config, folder: RunFolder) -> JobResult:
     """The whole job: search, then ``study.csv`` and ``placement.json`` in ``folder``."""
+    if placement_params(cfg.study)["method"] == "simdistserve":
+        return run_pair_search(cfg, folder)
     start = time.perf_counter()
     result, params, workload = plan_placement(cfg)
     table = candidate_table(result)

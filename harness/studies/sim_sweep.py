@@ -6,6 +6,10 @@ every metric of ``harness.metrics.summarize`` and the simulator's counters), ``r
 ``study.tbt_thresholds_ms`` adds ``attainment_tbt_<x>ms`` columns: SLO attainment with the TBT bound
 replaced by each threshold (Mooncake judges capacity at 100, 200 and 300 ms).
 
+``study.slo_scales`` also writes ``slo_scale.csv`` (per variant, point and scale: attainment with every
+bound multiplied by the scale, jointly and per bound) and ``slo_crossing.csv`` (the scale at which each
+variant's attainment crosses the target, DistServe's "tighter SLO" measure; :mod:`harness.studies.slo_scale`).
+
 A sweep over load points (``study.rates_rps``, ``per_gpu_rates`` or ``speedups``) also writes
 ``capacity.csv``: for every variant and attainment column, the highest load meeting the SLO's attainment
 target (:func:`harness.capacity.capacity_at`), over the offered rate and, when the points are per-GPU
@@ -27,9 +31,17 @@ from harness.config import Config, StudyConfig
 from harness.errors import ConfigError
 from harness.jobs import JobResult
 from harness.metrics import summarize
-from harness.result_files import CAPACITY_FILE, LOAD_FILE, REQUESTS_FILE, STUDY_FILE
+from harness.result_files import (
+    CAPACITY_FILE,
+    LOAD_FILE,
+    REQUESTS_FILE,
+    SLO_CROSSING_FILE,
+    SLO_SCALE_FILE,
+    STUDY_FILE,
+)
 from harness.results import RunFolder, records_frame
 from harness.studies.simulate import load_requests, point_workload, simulate
+from harness.studies.slo_scale import crossing_table, scale_rows
 from harness.studies.variants import compose_variant, describe_variant, job_overrides
 from systems.engine_config import SimEngineConfig
 from systems.sim.simulation import SimulatedCluster
@@ -95,6 +107,7 @@ def run_sim_sweep(cfg: Config, folder: RunFolder) -> JobResult:
     rows: list[dict[str, Any]] = []
     frames: list[pd.DataFrame] = []
     loads: list[pd.DataFrame] = []
+    scaled: list[dict[str, Any]] = []
     for label, index, point in tqdm(jobs, desc="simulations", unit="sim", disable=not cfg.engine.progress):
         cluster = clusters[label]
         vcfg = cluster.cfg
@@ -107,6 +120,9 @@ def run_sim_sweep(cfg: Config, folder: RunFolder) -> JobResult:
                **threshold_columns(result.records, vcfg.slo, list(study.tbt_thresholds_ms)),
                **{f"sim_{k}": v for k, v in result.info.items()}, "sim_wall_s": result.wall_s}
         rows.append(row)
+        scaled += [{"variant": label, "point": index, "per_gpu_rate": point["per_gpu_rate"],
+                    "target": vcfg.slo.attainment_target, **r}
+                   for r in scale_rows(result.records, vcfg.slo, list(study.slo_scales))]
         log.info("%s point %d: %s", label, index, ", ".join(
             f"{k}={row[k]:.3g}" for k in ("offered_rate_rps", "slo_attainment", "mean_ttft_ms", "p90_tpot_ms")
             if isinstance(row.get(k), float)))
@@ -126,6 +142,11 @@ def run_sim_sweep(cfg: Config, folder: RunFolder) -> JobResult:
     if loads:
         folder.write_table(LOAD_FILE, pd.concat(loads, ignore_index=True))
         files["load"] = LOAD_FILE
+    if scaled:
+        scale_table = pd.DataFrame(scaled)
+        folder.write_table(SLO_SCALE_FILE, scale_table)
+        folder.write_table(SLO_CROSSING_FILE, crossing_table(scale_table))
+        files.update({"slo_scale": SLO_SCALE_FILE, "slo_crossing": SLO_CROSSING_FILE})
     if study.rates_rps or study.per_gpu_rates or study.speedups:
         folder.write_table(CAPACITY_FILE, capacity_table(table, list(study.tbt_thresholds_ms)))
         files["capacity"] = CAPACITY_FILE

@@ -11,6 +11,9 @@ Policies (``PD_POLICY_NAMES``):
 * ``load_balancing``: the prefill instance with the shortest estimated queue;
 * ``local_cache_aware``: the smallest estimated TTFT = queue + prefill given the prefix the instance holds
   itself (its HBM and its node's DRAM), never fetching from elsewhere;
+* ``prefix_match``: the instance whose own cache (HBM and its node's DRAM) holds the longest prefix of the
+  request, ties to the shortest estimated queue, then the lowest index; never fetching from elsewhere
+  (FAST'25 §5.3.2's local setup: requests go to the node with the higher prefix-match ratio);
 * ``conductor``: Mooncake's Conductor (FAST'25, Algorithm 1), global cache-aware: for each prefill
   instance the estimated TTFT uses the longest prefix anywhere in the cluster pool when that prefix is
   more than ``kvcache_balancing_threshold`` times the instance's own match (paying the transfer), else
@@ -18,17 +21,21 @@ Policies (``PD_POLICY_NAMES``):
   recomputing it (Mooncake's Eq. 2 break-even), which the view's cost estimates decide.
 
 The decode instance is chosen by load: the smallest estimated step time (TBT) among decode instances
-with room for the request's KV. Admission (``rejection``):
+with room for the request's KV. Admission (``rejection``) follows Mooncake (arXiv 2407.00079 v3, §7 and
+Table 3). The prefill pool is overloaded when the request's estimated TTFT exceeds the TTFT SLO; the decode
+pool is overloaded (:func:`decode_overloaded`) when no decode instance has room for the request's KV or the
+pool's load, the *average TBT ratio over all decode instances* (estimated TBT / TBT SLO,
+:func:`decode_load`), exceeds 1:
 
 * ``none``: admit everything;
-* ``baseline``: reject at arrival only when the estimated TTFT exceeds the TTFT SLO (the prefill stage's
-  own check); the driver checks the decode stage after the prefill (:func:`decode_overloaded`), so a
-  request rejected there has wasted its prefill (Mooncake's per-stage baseline);
-* ``early``: reject at arrival when the estimated TTFT exceeds the TTFT SLO or the least-loaded decode
-  instance's current TBT estimate exceeds the TBT SLO (Mooncake's early rejection);
-* ``predictive``: as ``early``, but the decode load is the one *predicted* for when the request's prefill
-  ends (requests finishing before then leave, requests in prefill join), Mooncake's prediction-based
-  early rejection.
+* ``baseline``: per-stage checks, each when its stage starts: the prefill stage's at arrival, the decode
+  stage's by the driver when the prefill ends, so a request rejected there has wasted its prefill;
+* ``early``: both pools checked at arrival, from their current loads;
+* ``predictive``: as ``early``, but the decode load is the one predicted, system-level, for the moment the
+  request's prefill would end: the requests the prefill instances will have finished by then join, and
+  those whose decode, every one assumed to take the same time ``t_d``, ends before then leave. No
+  per-request output length is used (the paper leaves that prediction to future work). The view computes
+  the predicted step times (``DecodeView.predicted_step_s``).
 
 """
 
@@ -50,10 +57,11 @@ __all__ = [
     "PDScheduler",
     "PrefillView",
     "PrefixSource",
+    "decode_load",
     "decode_overloaded",
 ]
 
-PD_POLICY_NAMES = ("random", "round_robin", "load_balancing", "local_cache_aware", "conductor")
+PD_POLICY_NAMES = ("random", "round_robin", "load_balancing", "local_cache_aware", "prefix_match", "conductor")
 REJECTION_MODES = ("none", "baseline", "early", "predictive")
 
 
@@ -117,13 +125,21 @@ class PDDecision:
     reject: str = ""  # non-empty: refuse the request (HTTP 429) for this reason
 
 
+def decode_load(decodes: Sequence[DecodeView], tbt_slo_s: Optional[float], predicted: bool = False) -> float:
+    """The decode pool's load (Mooncake's TBT ratio): the mean over decode instances of the estimated step
+    time, current or ``predicted``, divided by the TBT SLO; 0 without an SLO or decode instances."""
+    if not decodes or not tbt_slo_s:
+        return 0.0
+    steps = [d.predicted_step_s if predicted else d.step_s for d in decodes]
+    return sum(steps) / len(steps) / tbt_slo_s
+
+
 def decode_overloaded(decodes: Sequence[DecodeView], tbt_slo_s: Optional[float], predicted: bool = False) -> bool:
-    """True when no decode instance can take a request within the TBT SLO (or has room for its KV)."""
-    best = _best_decode(decodes, predicted)
-    if best is None:
+    """True when no decode instance has room for the request's KV or the pool's load (:func:`decode_load`)
+    exceeds 1."""
+    if _best_decode(decodes, predicted) is None:
         return True
-    step = decodes[best].predicted_step_s if predicted else decodes[best].step_s
-    return tbt_slo_s is not None and step > tbt_slo_s
+    return decode_load(decodes, tbt_slo_s, predicted) > 1.0
 
 
 def _best_decode(decodes: Sequence[DecodeView], predicted: bool = False) -> Optional[int]:
@@ -194,6 +210,9 @@ class PDScheduler:
             self._k += 1
         elif self.policy == "load_balancing":
             chosen = min(range(n), key=lambda i: (prefills[i].queue_s, prefills[i].outstanding, i))
+        elif self.policy == "prefix_match":
+            chosen = min(range(n), key=lambda i: (-min(prefills[i].local_prefix_tokens, prompt_tokens),
+                                                  prefills[i].queue_s, i))
         else:
             chosen = -1
         if chosen >= 0:
@@ -221,7 +240,7 @@ class PDScheduler:
                 reject = f"estimated TTFT {est_ttft:.3f} s exceeds the SLO {self.ttft_slo_s:g} s"
             elif self.rejection != "baseline" and decodes and decode_overloaded(decodes, self.tbt_slo_s, predicted):
                 reject = ("decode instances overloaded" + (" (predicted)" if predicted else "")
-                          + (f": TBT estimate {est_tbt * 1e3:.1f} ms > SLO {self.tbt_slo_s * 1e3:g} ms"
+                          + (f": average TBT ratio {decode_load(decodes, self.tbt_slo_s, predicted):.2f} > 1"
                              if d is not None and self.tbt_slo_s is not None else ": no KV room"))
         return PDDecision(prefill=chosen, decode=d, reuse_tokens=reuse, fetch_tokens=fetch,
                           est_ttft_s=est_ttft, est_tbt_s=est_tbt, reject=reject)

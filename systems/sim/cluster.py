@@ -12,6 +12,23 @@ Request life cycle:
   that has room; Splitwise's mixed pool takes prompts when the prompt pool's queue is long and decodes
   when no token instance has room.
 
+Splitwise's mixed pool comes in two forms (``engine.mixed_pool``):
+
+* ``dedicated``: the ``system.mixed_instances`` run both phases; a prompt goes there when the chosen prompt
+  instance's estimated queue exceeds ``mixed_overflow_queue_s``, a decode when no token instance has room.
+* ``dynamic``, the paper's (as splitwise-sim's ``MixedPoolScheduler``, ``scheduler.py``, implements it): the
+  pool starts empty. When the chosen prompt instance's queue is long (work waits there and its pending
+  tokens, prompt tokens queued or computing plus one per sequence decoding, would exceed
+  ``mixed_prompt_queue_tokens`` with this prompt), the prompt goes to the mixed pool's least-loaded member
+  if that one's queue is not long, else the least-loaded token instance is lent to the mixed pool and
+  takes it (and decodes it where it was prefilled, with mixed batching). When no token instance has room
+  for a request's KV, it decodes on the mixed pool's member with the least KV in use if that one has
+  room, else on a prompt instance lent to the mixed pool (the one with the least KV in use). A lent
+  instance goes back to its own pool once it has no work left. Differences from splitwise-sim: it picks
+  the token machine of a prompt lent out at arrival (and may ship the KV again), and when every token
+  machine is lent it runs both phases on the least-loaded machine; here the prompt stays in the prompt
+  pool.
+
 The Mooncake pool has three tiers: each instance's HBM prefix cache, its node's DRAM, and every other
 node's DRAM (the remote tier, read over ``remote_link``). Each tier evicts LRU. After a prefill the
 prompt's blocks are written to the node's DRAM; a block fetched from a remote node ``replication_threshold``
@@ -90,6 +107,10 @@ class ClusterSetup:
     max_model_len: Optional[int] = None
     mixed_overflow_queue_s: float = 1.0
     sample_interval_s: float = 10.0
+    kv_link_per_gpu: bool = False  # kv_link is each GPU's NIC: an instance of n GPUs sends over n at once
+    whole_prompts: bool = False  # no instance chunks prompts (prefill ones too); decodes join iterations that fit
+    mixed_pool: str = "dedicated"  # dedicated (the mixed instances) | dynamic (machines lent; module docstring)
+    mixed_prompt_queue_tokens: int = 8192  # dynamic: a prompt machine's queue is long beyond this
 
     @property
     def n_gpus(self) -> int:
@@ -136,11 +157,13 @@ class Cluster(InstanceHooks):
                 index = len(self.instances)
                 inst = SimInstance(index, f"{p.role[0].upper()}{k}", p.role, p.shape, p.perf, self.loop, self,
                                    setup.max_num_batched_tokens, setup.max_num_seqs,
-                                   setup.chunked_prefill or p.role == "prefill")
+                                   (setup.chunked_prefill or p.role == "prefill") and not setup.whole_prompts)
+                inst.mix_whole = setup.whole_prompts
                 inst.role_index = k
                 self.instances.append(inst)
                 self.by_role[p.role].append(inst)
-                self.nics.append(FifoLink(setup.kv_link))
+                self.nics.append(FifoLink(setup.kv_link.aggregate(p.shape.n_gpus) if setup.kv_link_per_gpu
+                                          else setup.kv_link))
                 self.dram.append(None)
         self.has_pool = pool.dram_tokens_per_node > 0 and pool.remote_link is not None
         self.remote_nics = [FifoLink(pool.remote_link) for _ in self.instances] if self.has_pool else []
@@ -153,6 +176,7 @@ class Cluster(InstanceHooks):
             raise ValueError("a deployment with prefill and decode instances needs a PDScheduler")
         if not self.disaggregated and not self.decode_only and not self.prefill_only and setup.router is None:
             raise ValueError("a colocated deployment needs a routing policy")
+        self.lent: set[int] = set()  # prompt and token instances lent to the dynamic mixed pool (indices)
         self._current: Optional[SimRequest] = None
         self._memo: dict[tuple[int, int, int], float] = {}
         self._view_instances: list[SimInstance] = []
@@ -161,6 +185,9 @@ class Cluster(InstanceHooks):
         self.samples: list[dict[str, Any]] = []
         self.counters: Counter[str] = Counter()
         self._done = 0
+        self._decode_s_sum = 0.0  # decode durations of the requests finished so far (uniform t_d estimate)
+        self._decode_s_n = 0
+        self.wasted_prefill_tokens = 0  # prompt tokens computed for requests rejected after their prefill
 
     # -- set-up per run ---------------------------------------------------------------------------
     def _size_caches(self, block_size: int) -> None:
@@ -223,7 +250,7 @@ class Cluster(InstanceHooks):
         insts = self.instances
         end = max((r.finish_s for r in self.requests if r.finish_s == r.finish_s), default=0.0)
         prompt = sum(r.prompt for r in self.requests if r.status != RequestStatus.REJECTED)
-        cached = sum(r.cached_tokens for r in self.requests)
+        cached = sum(r.cached_tokens for r in self.requests if r.status != RequestStatus.REJECTED)  # as prompt
         info: dict[str, Any] = {
             "n_instances": len(insts), "n_gpus": self.setup.n_gpus, "events": self.loop.processed,
             "simulated_s": end, "prefill_tokens_computed": sum(i.prefill_tokens_computed for i in insts),
@@ -232,9 +259,12 @@ class Cluster(InstanceHooks):
             "kv_transfer_bytes": sum(n.bytes_moved for n in self.nics),
             "pool_fetched_tokens": sum(r.fetched_tokens for r in self.requests),
             "preemptions": sum(i.preemptions for i in insts),
+            "wasted_prefill_tokens": self.wasted_prefill_tokens,
             **{f"n_{k}": v for k, v in sorted(self.counters.items())},
         }
         for role, members in self.by_role.items():
+            if members:
+                info[f"busy_s_{role}"] = sum(i.busy_s for i in members)  # instance-seconds spent in iterations
             if members and end > 0:
                 info[f"utilization_{role}"] = sum(i.busy_s for i in members) / (len(members) * end)
         return info
@@ -245,6 +275,7 @@ class Cluster(InstanceHooks):
                 "time_s": now, "instance": inst.name, "role": inst.role, "running": len(inst.running),
                 "waiting": len(inst.waiting) + len(inst.prefilling) + len(inst.pending), "queued_prefill_s": inst.queued_work_s,
                 "kv_utilization": inst.kv_used / inst.capacity if inst.capacity else math.nan,
+                "step_s": inst.step_estimate_s() if inst.role != "prefill" else math.nan,
             })
         if self._done < len(self.requests) and len(self.loop):  # stop when nothing else can happen
             self.loop.schedule(now + self.setup.sample_interval_s, PRIO_SAMPLE, self._sample, None)
@@ -385,25 +416,50 @@ class Cluster(InstanceHooks):
         return t
 
     def decode_views(self, prompt_tokens: int, after_s: float) -> list[DecodeView]:
+        """Every decode instance with the request added; with ``after_s > 0`` also its load predicted for
+        ``t = now + after_s``, Mooncake's system-level prediction (arXiv 2407.00079 v3, §7): from the load
+        seen now, the requests the prefill instances will have finished by ``t`` join (spread evenly over the
+        decode instances), and the running requests whose decode, assumed to last the uniform ``t_d``, ends
+        within ``(now, t]`` leave. ``t_d`` is the mean decode time of the requests finished so far (none
+        leave before one has); no request's own output length is read."""
         decodes = self.by_role["decode"]
-        incoming = sum(len(i.waiting) + len(i.prefilling) for i in self.by_role["prefill"]) / max(len(decodes), 1)
+        predict = after_s > 0 and bool(decodes)
+        share_n = share_ctx = 0.0
+        horizon = self.loop.now + after_s
+        t_d = self._decode_s_sum / self._decode_s_n if self._decode_s_n else math.inf
+        if predict:
+            joining, joining_ctx = self._prefilled_within(after_s)
+            share_n, share_ctx = joining / len(decodes), joining_ctx / len(decodes)
         views = []
-        incoming_ctx = 0.0
-        if after_s > 0 and incoming:
-            queued = [r.prompt for i in self.by_role["prefill"] for q in (i.waiting, i.prefilling) for r in q]
-            incoming_ctx = incoming * (sum(queued) / len(queued)) if queued else 0.0
         for d in decodes:
             step = d.step_estimate_s(1, prompt_tokens + 1)
             free = d.capacity - d.kv_used - d.pending_ctx - prompt_tokens - 1
             predicted, predicted_free = step, free
-            if after_s > 0 and step > 0:
-                # requests finishing before the prefill ends leave; requests now in prefill arrive
-                leaving, leaving_ctx = d.finishing_within(after_s / step)
-                predicted = d.step_estimate_s(1 + round(incoming) - leaving,
-                                              prompt_tokens + 1 + round(incoming_ctx) - leaving_ctx)
-                predicted_free = free + leaving_ctx - round(incoming_ctx)
+            if predict:
+                leaving, leaving_ctx = _decode_leaving(d, self.loop.now - t_d, horizon - t_d)
+                batch = len(d.running) + len(d.pending) + 1 + share_n - leaving
+                ctx = d.running_ctx + d.pending_ctx + prompt_tokens + 1 + share_ctx - leaving_ctx
+                predicted = float(d.perf.decode_step_time_s(batch, ctx))
+                predicted_free = free + leaving_ctx - math.ceil(share_ctx)
             views.append(DecodeView(d.name, len(d.running), free, step, predicted, predicted_free))
         return views
+
+    def _prefilled_within(self, after_s: float) -> tuple[int, int]:
+        """(requests, prompt tokens) the prefill instances will have finished within ``after_s``, from each
+        instance's queue in order and the estimated prefill time of each request."""
+        n = tokens = 0
+        for inst in self.by_role["prefill"]:
+            elapsed = 0.0
+            for queue in (inst.prefilling, inst.waiting):
+                for req in queue:
+                    elapsed += req.est_work_s
+                    if elapsed > after_s:
+                        break
+                    n += 1
+                    tokens += req.prompt + 1
+                if elapsed > after_s:
+                    break
+        return n, tokens
 
     def _arrive_disaggregated(self, now: float, req: SimRequest) -> None:
         scheduler = self.setup.scheduler
@@ -417,9 +473,13 @@ class Cluster(InstanceHooks):
             return
         inst = self._prefill_pool()[decision.prefill]
         mixed = self.by_role["mixed"]
-        if mixed and decision.est_ttft_s - self.prefill_time_s(decision.prefill, req.prompt, decision.reuse_tokens) \
+        target: Optional[SimInstance] = None
+        if self.setup.mixed_pool == "dynamic":
+            target = self._mixed_for_prompt(inst, req)
+        elif mixed and decision.est_ttft_s - self.prefill_time_s(decision.prefill, req.prompt, decision.reuse_tokens) \
                 > self.setup.mixed_overflow_queue_s:
             target = min(mixed, key=lambda m: (m.queued_work_s, m.outstanding, m.index))
+        if target is not None:
             self.counters["mixed_prompts"] += 1
             self._enqueue_prefill(target, req, now, self._hbm_tokens(target, req))
             return
@@ -491,9 +551,11 @@ class Cluster(InstanceHooks):
         if self.setup.rejection == "baseline" and decode_overloaded(views, self.setup.tbt_slo_s):
             inst.release(req.reserved)
             req.reserved = 0
+            self.counters["rejected_after_prefill"] += 1
+            self.wasted_prefill_tokens += req.prompt - req.cached_tokens
             self._fail(req, now, "rejected after prefill: decode instances overloaded (baseline)", RequestStatus.REJECTED)
             return
-        target = self._pick_decode(views)
+        target = self._pick_decode(views, req.prompt)
         bytes_ = float(inst.perf.kv_bytes_per_token) * req.prompt
         if target.index == inst.index:
             self._transferred(now, (inst, target, req))
@@ -515,18 +577,82 @@ class Cluster(InstanceHooks):
         req.finish_s = now
         self.on_finished(inst, req, now)
 
-    def _pick_decode(self, views: list[DecodeView]) -> SimInstance:
+    def _pick_decode(self, views: list[DecodeView], prompt_tokens: int = 0) -> SimInstance:
         decodes = self.by_role["decode"]
+        dynamic = self.setup.mixed_pool == "dynamic"
+        if dynamic:
+            self._return_idle()
         best, best_step = None, math.inf
         for i, v in enumerate(views):
+            if dynamic and decodes[i].index in self.lent:
+                continue  # in the mixed pool: tried after the token pool
             if v.kv_free_tokens >= 0 and v.step_s < best_step:
                 best, best_step = i, v.step_s
-        if best is None and self.by_role["mixed"]:
+        if best is None and dynamic:
+            target = self._mixed_for_decode(prompt_tokens)
+            if target is not None:
+                self.counters["mixed_decodes"] += 1
+                return target
+        elif best is None and self.by_role["mixed"]:
             self.counters["mixed_decodes"] += 1
             return min(self.by_role["mixed"], key=lambda m: (m.kv_used / m.capacity, m.index))
         if best is None:  # every decode instance is full: wait at the least-loaded one
             best = min(range(len(decodes)), key=lambda i: (decodes[i].kv_used + len(decodes[i].pending), i))
         return decodes[best]
+
+    # -- Splitwise's dynamic mixed pool (engine.mixed_pool=dynamic; see the module docstring) ----------
+    def _return_idle(self) -> None:
+        """Lent machines with no work left go back to their own pool."""
+        if self.lent:
+            self.lent = {i for i in self.lent if self.instances[i].busy or self.instances[i].outstanding}
+
+    def _mixed_members(self) -> list[SimInstance]:
+        return [*self.by_role["mixed"], *(self.instances[i] for i in sorted(self.lent))]
+
+    def _queue_long(self, inst: SimInstance, prompt_tokens: int) -> bool:
+        """splitwise-sim's ``is_queue_long``: work waits there and its pending tokens with this prompt exceed the
+        threshold."""
+        return bool(inst.waiting or inst.pending) and \
+            _pending_tokens(inst) + prompt_tokens > self.setup.mixed_prompt_queue_tokens
+
+    def _mixed_for_prompt(self, inst: SimInstance, req: SimRequest) -> Optional[SimInstance]:
+        """Where a prompt goes instead of ``inst`` (the prompt pool's pick): None unless ``inst``'s queue is
+        long; then the mixed pool's least-loaded member unless its queue is long too, else a token machine
+        lent to the mixed pool (None when all are lent already: the prompt stays)."""
+        if not self._queue_long(inst, req.prompt):
+            return None
+        self._return_idle()
+        members = [m for m in self._mixed_members() if m is not inst]
+        if members:
+            best = min(members, key=lambda m: (_pending_tokens(m), m.index))
+            if not self._queue_long(best, req.prompt):
+                return best
+        free = [d for d in self.by_role["decode"] if d.index not in self.lent]
+        if not free:
+            return None
+        lend = min(free, key=lambda d: (_pending_tokens(d), d.index))
+        self.lent.add(lend.index)
+        self.counters["lent_token_machines"] += 1
+        return lend
+
+    def _mixed_for_decode(self, prompt_tokens: int) -> Optional[SimInstance]:
+        """Where a request decodes when no token machine has room for its KV: the mixed pool's member with
+        the least KV in use if it has room, else a prompt machine lent to the mixed pool (the one with the
+        least KV in use, if it has room); None: none has room."""
+        members = self._mixed_members()
+        if members:
+            best = min(members, key=lambda m: (m.kv_used / m.capacity, m.index))
+            if _kv_room(best, prompt_tokens):
+                return best
+        free = [p for p in self.by_role["prefill"] if p.index not in self.lent]
+        if not free:
+            return None
+        lend = min(free, key=lambda p: (p.kv_used / p.capacity, p.index))
+        if not _kv_room(lend, prompt_tokens):
+            return None
+        self.lent.add(lend.index)
+        self.counters["lent_prompt_machines"] += 1
+        return lend
 
     def _transferred(self, now: float, arg: tuple[SimInstance, SimInstance, SimRequest]) -> None:
         src, dst, req = arg
@@ -537,6 +663,9 @@ class Cluster(InstanceHooks):
     def on_finished(self, inst: SimInstance, req: SimRequest, now: float) -> None:
         self._done += 1
         self.counters["ok"] += 1
+        if inst.role == "decode" and req.decode_start_s == req.decode_start_s:  # the uniform t_d estimate
+            self._decode_s_sum += now - req.decode_start_s
+            self._decode_s_n += 1
         if not self.disaggregated and self.setup.router is not None:
             self.setup.router.on_finished(RouteRequest(req.spec.request_id, req.keys, req.prompt), inst.role_index)
 
@@ -545,3 +674,25 @@ class Cluster(InstanceHooks):
             inst.release(req.reserved)
             req.reserved = 0
         self._fail(req, now, reason)
+
+
+def _pending_tokens(inst: SimInstance) -> int:
+    """splitwise-sim's ``sched_pending_tokens``: prompt tokens queued or computing, plus one per sequence
+    decoding or waiting to."""
+    return inst.queued_tokens + len(inst.running) + len(inst.pending)
+
+
+def _kv_room(inst: SimInstance, prompt_tokens: int) -> bool:
+    """The instance can take a sequence of ``prompt_tokens`` (+ its first token) into its KV cache now."""
+    return inst.capacity - inst.kv_used - inst.pending_ctx - prompt_tokens - 1 >= 0
+
+
+def _decode_leaving(inst: SimInstance, after: float, until: float) -> tuple[int, int]:
+    """(sequences, their context tokens) of the requests running on ``inst`` whose decode started in
+    ``(after, until]``: with a uniform decode time ``t_d``, those that end within ``(after + t_d, until + t_d]``."""
+    n = ctx = 0
+    for req in inst.running.values():
+        if after < req.decode_start_s <= until:
+            n += 1
+            ctx += req.base_ctx + (inst.diter - req.join_diter)
+    return n, ctx

@@ -8,6 +8,13 @@ is preempted and later recomputed (vLLM's recompute preemption). Prefix caching:
 from the longest run of leading blocks found in the instance's HBM cache (and anything the scheduler
 had loaded for it); the cache holds at most the instance's KV capacity (a block in use counts once).
 
+Without chunked prefill the instance follows vLLM v0's default scheduler (``_schedule_default`` in
+``vllm/core/scheduler.py``, e.g. v0.5.1): whole prompts within the budget, and an iteration that prefills
+runs no decodes ("Don't schedule decodes if prefills are scheduled"), so running sequences wait out
+every prefill iteration. With ``mix_whole`` (``engine.whole_prompts``, splitwise-sim's ``SplitwiseInstance``)
+the running sequences decode in a prefill iteration when the whole prompts and they fit the budget (one
+token each), and wait otherwise (splitwise-sim lets as many as fit join; here all or none do).
+
 Stretches of decode-only iterations are not simulated one by one: while the batch does not change,
 step times form a known sequence (context grows by the batch size each step), so the instance plans a
 *segment* up to the next finish, evaluates its step times in one vectorised call, and cuts it short at
@@ -63,6 +70,7 @@ class SimInstance:
         self.budget = max_num_batched_tokens
         self.max_seqs = max_num_seqs
         self.chunked = chunked_prefill
+        self.mix_whole = False  # unchunked: decodes join a prefill iteration that fits the budget (splitwise-sim)
         self.hbm = hbm_cache  # prefix cache; the cluster sizes it once the block size is known
         self.capacity = int(perf.kv_capacity_tokens)
         self.waiting: deque[SimRequest] = deque()  # prefill work not started (new prompts, preempted sequences)
@@ -80,6 +88,7 @@ class SimInstance:
         self.busy = False
         self._version = 0
         self._chunks: list[tuple[SimRequest, int]] = []
+        self._decoding = False  # the running sequences decode in the current prefill iteration
         self._seg_ends: Optional[np.ndarray] = None
         self._seg_n = 0
         self._seg_start = 0.0
@@ -102,16 +111,6 @@ class SimInstance:
         """Estimated decode step with ``extra_seqs`` more sequences of ``extra_ctx`` context in all."""
         b = len(self.running) + len(self.pending) + extra_seqs
         return float(self.perf.decode_step_time_s(b, self.running_ctx + self.pending_ctx + extra_ctx)) if b > 0 else 0.0
-
-    def finishing_within(self, steps: float) -> tuple[int, int]:
-        """(sequences, their context tokens) of running sequences that finish within ``steps`` iterations."""
-        limit = self.diter + steps
-        n = ctx = 0
-        for fd, _, req in self._finish_heap:
-            if fd <= limit and req.finish_diter == fd:
-                n += 1
-                ctx += req.base_ctx + (self.diter - req.join_diter)
-        return n, ctx
 
     # -- work arrives -----------------------------------------------------------------------------
     def enqueue_prefill(self, req: SimRequest, now: float) -> None:
@@ -249,7 +248,7 @@ class SimInstance:
 
     def _start(self, now: float) -> None:
         self._admit_pending(now)
-        if self.running and self.role != "prefill":
+        if self.running:  # a prefill instance decodes too when lent to Splitwise's dynamic mixed pool
             self._preempt_for_growth(now)
         chunks = self._form_prefill(now) if self.waiting or self.prefilling else []
         b = len(self.running)
@@ -260,7 +259,8 @@ class SimInstance:
                 p = req.computed
                 tok += c
                 sq += float(p + c) ** 2 - float(p) ** 2
-            dur = self.perf.mixed_step_time_s(tok, sq, len(chunks), b, self.running_ctx) if b else \
+            self._decoding = bool(b) and (self.chunked or (self.mix_whole and tok + b <= self.budget))
+            dur = self.perf.mixed_step_time_s(tok, sq, len(chunks), b, self.running_ctx) if self._decoding else \
                 self.perf.prefill_time_s(tok, sq, len(chunks))
             self.busy = True
             self._chunks = chunks
@@ -316,7 +316,7 @@ class SimInstance:
     def _end_mixed(self, now: float, version: int) -> None:
         if version != self._version:
             return
-        b = len(self.running)
+        b = len(self.running) if self._decoding else 0
         if b:
             self._tl_buf.append(now)
             self.diter += 1

@@ -1,8 +1,11 @@
 """KV-cache transfer links: bandwidth and latency of the paths KV moves over, and a FIFO link model.
 
-Bandwidths are the nominal line rates (NVLink and PCIe per GPU, network per node) times an achievable
-fraction; the fraction and latencies are stated here, not fitted. A transfer of ``b`` bytes takes
-``latency + b / (bandwidth * efficiency)``; transfers on one link queue behind each other (one NIC).
+Bandwidths are the nominal line rates (NVLink and PCIe per GPU; RDMA and TCP per NIC) times an achievable
+fraction; the fraction and latencies are stated here, not fitted. ``engine.kv_link`` is one NIC per
+instance (a node's NIC) unless ``engine.kv_link_per_gpu`` says each GPU of the instance has its own (a
+DGX-A100 / DGX-H100 has one InfiniBand NIC per GPU): then the instance sends over all of them at once.
+A transfer of ``b`` bytes takes ``latency + b / (bandwidth * efficiency)``; transfers on one link queue
+behind each other.
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ class LinkSpec:
             return 0.0
         return self.latency_s + n_bytes / (self.bandwidth_gbps * 1e9 * self.efficiency)
 
+    def aggregate(self, n: int) -> LinkSpec:
+        """``n`` such links used at once as one (a TP group whose every GPU sends its shard over its own NIC)."""
+        if n <= 1:
+            return self
+        return LinkSpec(f"{self.name}x{n}", self.bandwidth_gbps * n, self.latency_s, self.efficiency)
+
 
 def _gbit(gbps: float) -> float:
     return gbps / 8.0
@@ -37,7 +46,8 @@ LINKS: dict[str, LinkSpec] = {
     # PCIe Gen4 x16: 32 GB/s per direction; Gen5 x16: 64 GB/s.
     "pcie_gen4": LinkSpec("pcie_gen4", 32.0, 10e-6),
     "pcie_gen5": LinkSpec("pcie_gen5", 64.0, 10e-6),
-    # RDMA (InfiniBand / RoCE) per node at the given line rate, e.g. Mooncake's 8 x 100 Gbps = 800 Gbps.
+    # RDMA (InfiniBand / RoCE) at the given line rate: a node's NICs together (e.g. Mooncake's 4 x 200 Gbps =
+    # 800 Gbps per node), or one GPU's NIC with engine.kv_link_per_gpu (Splitwise: 200 Gbps per A100, 400 per H100).
     "rdma_100": LinkSpec("rdma_100", _gbit(100), 10e-6),
     "rdma_200": LinkSpec("rdma_200", _gbit(200), 10e-6),
     "rdma_400": LinkSpec("rdma_400", _gbit(400), 10e-6),

@@ -65,14 +65,35 @@ def plan_pools(cfg: DeploymentConfig) -> list[PoolPlan]:
     return plans
 
 
+# DistServe published one fitted profile per engine it measured (profiler-a100-80g.{distserve,vllm}.json). Its
+# simulator times its vLLM backend with the vLLM file (simdistserve/estimators/time_estimator.py,
+# engine_type="vllm"), and its artifact served the vLLM baseline with vLLM itself: so does the colocated baseline.
+DISTSERVE_PROFILE_OF_SYSTEM = {"vllm_baseline": "vllm"}
+
+
+def perf_model_params(cfg: DeploymentConfig) -> dict[str, Any]:
+    """Constructor parameters of ``cfg``'s performance model that depend on the system: with
+    ``engine.perf_model=distserve``, which engine's profile times it (vLLM's for ``vllm_baseline``)."""
+    if cfg.engine.perf_model == "distserve":
+        return {"engine": DISTSERVE_PROFILE_OF_SYSTEM.get(cfg.system.name, "distserve")}
+    return {}
+
+
+def peer_timing_params(cfg: DeploymentConfig) -> dict[str, str]:
+    """The peer simulators' timing options of ``cfg`` (``engine.iteration_overhead``,
+    ``engine.token_phase_timing``), as :func:`build_perf_model` takes them."""
+    return {"iteration_overhead": cfg.engine.iteration_overhead, "token_phase_timing": cfg.engine.token_phase_timing}
+
+
 def build_perf_models(cfg: DeploymentConfig, plans: list[PoolPlan]) -> dict[str, PerfModel]:
     """One performance model per pool role; ``ConfigError`` when the model does not fit or is not profiled."""
     models = {}
+    params = {**perf_model_params(cfg), **peer_timing_params(cfg)}
     for p in plans:
         try:
             models[p.role] = build_perf_model(cfg.engine.perf_model, cfg.model, p.hardware, p.shape,
                                               profiles_dir=cfg.engine.profiles_dir,
-                                              gpu_memory_utilization=cfg.engine.gpu_memory_utilization)
+                                              gpu_memory_utilization=cfg.engine.gpu_memory_utilization, **params)
         except ValueError as exc:
             raise ConfigError(f"engine.{p.role} ({cfg.engine.perf_model} model): {exc}") from exc
     return models
@@ -117,6 +138,9 @@ def build_setup(cfg: DeploymentConfig, plans: list[PoolPlan], perf: dict[str, Pe
         layerwise_transfer=engine.layerwise_transfer, num_layers=cfg.model.num_layers, kv_pool=kv_pool,
         rejection=engine.rejection, tbt_slo_s=_slo_s(tbt), max_model_len=cfg.model.max_model_len,
         mixed_overflow_queue_s=engine.mixed_overflow_queue_s, sample_interval_s=engine.sample_interval_s,
+        kv_link_per_gpu=engine.kv_link_per_gpu, whole_prompts=engine.whole_prompts,
+        mixed_pool=engine.mixed_pool if topology.has_mixed_pool else "dedicated",  # no mixed pool: nothing to lend to
+        mixed_prompt_queue_tokens=engine.mixed_prompt_queue_tokens,
     )
 
 

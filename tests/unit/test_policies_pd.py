@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from systems.policies.pd import DecodeView, PDScheduler, PrefillView, PrefixSource
+from systems.policies.pd import (
+    DecodeView,
+    PDScheduler,
+    PrefillView,
+    PrefixSource,
+    decode_load,
+    decode_overloaded,
+)
 
 
 @dataclass
@@ -93,3 +100,28 @@ def test_bad_names_are_errors() -> None:
         PDScheduler("nearest")
     with pytest.raises(ValueError, match="unknown rejection mode"):
         PDScheduler(rejection="sometimes")
+
+
+def test_decode_load_is_the_average_tbt_ratio_over_decode_instances() -> None:
+    # Mooncake (arXiv v3 §7): the decode pool's load is the average TBT ratio over all decode instances,
+    # so one idle instance does not hide an overloaded pool: (0.08 + 0.15) / 2 / 0.1 = 1.15 > 1
+    decodes = [DecodeView("D0", 10, 10_000, 0.08, 0.04, 10_000), DecodeView("D1", 90, 10_000, 0.15, 0.05, 10_000)]
+    assert decode_load(decodes, 0.1) == pytest.approx(1.15)
+    assert decode_load(decodes, 0.1, predicted=True) == pytest.approx(0.45)
+    assert decode_overloaded(decodes, 0.1) and not decode_overloaded(decodes, 0.1, predicted=True)
+    assert not decode_overloaded(decodes, None)  # no TBT SLO: only KV room counts
+    view = FakeView([p("P0", 0.0, 0)], decodes=decodes)
+    assert "average TBT ratio 1.15" in PDScheduler("conductor", rejection="early", tbt_slo_s=0.1).choose(1000, view).reject
+    assert PDScheduler("conductor", rejection="predictive", tbt_slo_s=0.1).choose(1000, view).reject == ""
+    full = [DecodeView("D0", 10, -1, 0.01, 0.01, -1)]
+    assert "no KV room" in PDScheduler("conductor", rejection="early", tbt_slo_s=0.1).choose(
+        1000, FakeView([p("P0", 0.0, 0)], decodes=full)).reject
+
+
+def test_prefix_match_takes_the_longest_own_prefix_whatever_the_queue() -> None:
+    # FAST'25 §5.3.2's local setup: the node with the higher prefix-match ratio; ties to the shorter queue
+    view = FakeView([p("P0", 0.0, 0), p("P1", 9.0, 600), p("P2", 1.0, 600)], pool_tokens=900)
+    d = PDScheduler("prefix_match").choose(1000, view)
+    assert d.prefill == 2 and d.reuse_tokens == 600 and d.fetch_tokens == 0
+    assert d.est_ttft_s == pytest.approx(1.0 + 0.4)
+    assert PDScheduler("local_cache_aware").choose(1000, view).prefill == 0  # 1.0 s (cold, idle) beats P2's 1.4 s

@@ -18,6 +18,7 @@ from figures.claims import CLAIMS
 from figures.claims.base import (
     DIRECTION,
     FAILS,
+    MATCHES,
     Bounded,
     Claim,
     MissingData,
@@ -29,7 +30,7 @@ from figures.claims.base import (
 )
 from figures.report import NOT_RUN, evaluate, find_latest_jobs, main, write_report
 from figures.study_tables import THRESHOLD_COLUMN, JobFolder
-from harness.result_files import CAPACITY_FILE
+from harness.result_files import CAPACITY_FILE, SLO_CROSSING_FILE
 from harness.studies.sim_sweep import capacity_table
 
 CLAIMS_BY_KEY = {c.key: c for c in CLAIMS}
@@ -62,15 +63,26 @@ def scheduling(ttft_s: tuple[float, float, float, float], hits: tuple[float, flo
                          "sim_prefix_hit_rate_tokens": [0.1, 0.1, *hits]})
 
 
-def capacity(mooncake: list[float], vllm: list[float]) -> pd.DataFrame:
+CAPACITY_SYSTEMS = ("mooncake", "vllm", "vllm_prefix_caching", "vllm_chunked_prefill")
+
+
+def capacity(shares: dict[str, tuple[float, float, float]],
+             groups: tuple[str, ...] = ("conversation", "synthetic")) -> pd.DataFrame:
+    """A mooncake_capacity study: one point per ``<group>/<system>`` at the trace's own load, with the share of
+    effective requests at TBT 100 / 200 / 300 ms (``shares[system]``)."""
     rows = []
-    for trace in ("conversation", "synthetic"):
-        for system, att in (("mooncake", mooncake), ("vllm", vllm)):
-            for i, (rate, a) in enumerate(zip([1.0, 2.0, 3.0, 4.0], att, strict=True)):
-                rows.append({"variant": f"{trace}/{system}", "point": i, "offered_rate_rps": rate,
-                             "slo_attainment": a, "slo_attainment_target": 0.9, "attainment_tbt_100ms": a,
-                             "attainment_tbt_200ms": a, "attainment_tbt_300ms": a})
+    for group in groups:
+        for system in CAPACITY_SYSTEMS:
+            row = {"variant": f"{group}/{system}", "point": 0, "speedup": math.nan, "offered_rate_rps": 3.4}
+            row.update({f"attainment_tbt_{x}ms": a for x, a in zip((100, 200, 300), shares[system], strict=True)})
+            rows.append(row)
     return pd.DataFrame(rows)
+
+
+# Mooncake's gain over the strongest baseline: 100 ms 0.9 / 0.15 (prefix caching) = +500% (paper +498%: matches),
+# 200 ms 0.95 / 0.5 (vllm) = +90% (paper +157%: direction), 300 ms 0.99 / 0.62 (prefix caching) = +60% (paper +59%)
+PAPER_LIKE = {"mooncake": (0.9, 0.95, 0.99), "vllm": (0.12, 0.5, 0.6), "vllm_prefix_caching": (0.15, 0.45, 0.62),
+              "vllm_chunked_prefill": (0.1, 0.4, 0.55)}
 
 
 def rejection(counts: dict[str, tuple[int, int, int]]) -> pd.DataFrame:
@@ -81,21 +93,42 @@ def rejection(counts: dict[str, tuple[int, int, int]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def slo(distserve: list[float], vllm: list[float]) -> pd.DataFrame:
+def slo(distserve: list[float], vllm: list[float], workload: str = "sharegpt") -> pd.DataFrame:
     rows = []
     for system, att in (("DistServe", distserve), ("vLLM", vllm)):
         for i, (rate, a) in enumerate(zip([1.0, 2.0, 3.0, 4.0], att, strict=True)):
-            rows.append({"variant": f"azure_conv/{system}", "point": i, "per_gpu_rate": rate, "slo_attainment": a,
+            rows.append({"variant": f"{workload}/{system}", "point": i, "per_gpu_rate": rate, "slo_attainment": a,
                          "slo_attainment_target": 0.9})
     return pd.DataFrame(rows)
 
 
-def splitwise(aa_conv_power: float, split_code: str = "3P/1T", split_conv: str = "2P/2T") -> pd.DataFrame:
+def crossings(rows: list[tuple[str, float, float, str]]) -> pd.DataFrame:
+    """``slo_crossing.csv`` rows: (variant, per-GPU rate, crossing scale, bound)."""
+    label = {"exact": "{:.3g}", "at_most": "<={:.3g}", "above_range": ">{:.3g}"}
+    return pd.DataFrame([{"variant": v, "point": 0, "per_gpu_rate": r, "target": 0.9, "crossing_scale": c,
+                          "bound": b, "label": label[b].format(c)} for v, r, c, b in rows])
+
+
+def pair_report(readme_rate: float, tied: bool, method: str = "simdistserve") -> dict[str, Any]:
+    """A ``placement.json`` of the simdistserve-style search whose best pair is P TP2 + D TP2 at 2.19."""
+    best = {"prefill_tp": 2, "prefill_pp": 1, "decode_tp": 2, "decode_pp": 1, "n_gpus": 4, "per_gpu_rate": 2.1875}
+    readme = {"prefill_tp": 2, "prefill_pp": 1, "decode_tp": 1, "decode_pp": 1, "n_gpus": 3, "per_gpu_rate": readme_rate}
+    return {"method": method, "chosen": readme if tied else best,
+            "per_gpu_goodput_rps": readme_rate if tied else 2.1875, "tied": [readme] if tied else [best],
+            "readme_pair": {**readme, "searched": True, "tied_with_best": tied},
+            "workload": {"name": "sharegpt", "n_requests": 300}, "iteration_overhead": "simdistserve",
+            "sensitivity": {"decode_kv_unlimited": {"changes": {"decode_kv_limit": "none"}, "chosen": best,
+                                                    "per_gpu_goodput_rps": 2.1875, "tied": [best],
+                                                    "readme_pair": {"per_gpu_rate": 1.5625, "tied_with_best": False}}}}
+
+
+def splitwise(aa_conv_power: float, split_code: str = "3P/1T", split_conv: str = "2P/2T",
+              ha_cost: float = 110.0) -> pd.DataFrame:
     rows = []
     for trace in ("azure_code", "azure_conv"):
         for budget in ("cost", "power"):
             designs = [("baseline_a100", "7P/T", 6.0, 123.2), ("baseline_h100", "3P/T", 10.0, 114.0),
-                       ("splitwise_ha", "2P/3T", 7.0, 110.0),
+                       ("splitwise_ha", "2P/3T", 7.0, ha_cost),
                        ("splitwise_aa", "3P/4T", aa_conv_power if (trace, budget) == ("azure_conv", "power") else 5.0,
                         123.2),
                        ("splitwise_hh", split_code if trace == "azure_code" else split_conv, 8.0, 152.0)]
@@ -117,7 +150,7 @@ def verdict(claim_key: str, root: Path) -> tuple[str, str]:
 # ---------------------------------------------------------------------------------------------- the claim list
 
 def test_claims_are_data_with_unique_keys_and_existing_presets():
-    assert 10 <= len(CLAIMS) <= 16
+    assert 10 <= len(CLAIMS) <= 20
     assert len({c.key for c in CLAIMS}) == len(CLAIMS)
     for claim in CLAIMS:
         assert (PRESETS / f"{claim.experiment}.yaml").is_file(), claim.experiment
@@ -147,54 +180,133 @@ def test_jobs_are_found_across_several_results_dirs(tmp_path):
 # ---------------------------------------------------------------------------------------------- verdicts
 
 def test_scheduling_ordering_and_global_vs_local(tmp_path):
-    make_job(tmp_path, "mooncake_scheduling", scheduling((19.65, 5.27, 3.58, 3.07)))
-    state, ours = verdict("mooncake_scheduling", tmp_path)
-    assert state == DIRECTION and "19.65 / 5.27 / 3.58 / 3.07 s" in ours
-    state, ours = verdict("mooncake_global_vs_local", tmp_path)
-    assert state == DIRECTION and "-14.2%" in ours
-    assert verdict("mooncake_hit_global_local", tmp_path)[0] == DIRECTION
+    make_job(tmp_path / "a", "mooncake_scheduling", scheduling((19.65, 5.27, 3.58, 3.07)))
+    state, ours = verdict("mooncake_scheduling", tmp_path / "a")
+    assert state == MATCHES and "19.65 / 5.27 / 3.58 / 3.07 s" in ours
+    state, ours = verdict("mooncake_global_vs_local", tmp_path / "a")
+    assert state == MATCHES and "-14.2%" in ours
+    make_job(tmp_path / "b", "mooncake_scheduling", scheduling((30.0, 5.27, 3.58, 2.0)))  # ordered, far off
+    assert verdict("mooncake_scheduling", tmp_path / "b")[0] == DIRECTION
+    state, ours = verdict("mooncake_global_vs_local", tmp_path / "b")
+    assert state == DIRECTION and "-44.1%" in ours
 
 
 def test_scheduling_out_of_order_does_not_hold(tmp_path):
     make_job(tmp_path, "mooncake_scheduling", scheduling((19.0, 5.0, 3.0, 3.5), hits=(0.3, 0.2)))
     assert verdict("mooncake_scheduling", tmp_path)[0] == FAILS
     assert verdict("mooncake_global_vs_local", tmp_path)[0] == FAILS
-    assert verdict("mooncake_hit_global_local", tmp_path)[0] == FAILS
 
 
 def test_hit_rate_tolerance(tmp_path):
     make_job(tmp_path / "near", "mooncake_scheduling", scheduling((4, 3, 2, 1), hits=(0.2, 0.33)))
     make_job(tmp_path / "far", "mooncake_scheduling", scheduling((4, 3, 2, 1), hits=(0.2, 0.25)))
-    assert verdict("mooncake_hit_rate", tmp_path / "near")[0] == DIRECTION
+    assert verdict("mooncake_hit_rate", tmp_path / "near")[0] == MATCHES  # within +-25% of 40%
     assert verdict("mooncake_hit_rate", tmp_path / "far")[0] == FAILS
 
 
-def test_capacity_gain_holds_when_mooncake_serves_more(tmp_path):
-    make_job(tmp_path, "mooncake_capacity", capacity([0.99, 0.95, 0.85, 0.1], [0.95, 0.85, 0.5, 0.1]))
+def global_cache(hits: dict[str, tuple[float, float]], busy_h: dict[str, tuple[float, float]]) -> pd.DataFrame:
+    """A mooncake_global_cache study: per workload (local, global) token hit rate and prefill busy hours."""
+    rows = []
+    for workload, (local, glob) in hits.items():
+        for cache, hit, busy in (("local", local, busy_h[workload][0]), ("global", glob, busy_h[workload][1])):
+            rows.append({"variant": f"{workload}/{cache}", "point": 0, "sim_prefix_hit_rate_tokens": hit,
+                         "sim_prefill_tokens_computed": busy * 1e7, "sim_busy_s_prefill": busy * 3600,
+                         "mean_ttft_ms": 1000.0})
+    return pd.DataFrame(rows)
+
+
+def test_global_cache_claims_take_the_maximum_over_workloads(tmp_path):
+    make_job(tmp_path / "a", "mooncake_global_cache",
+             global_cache({"conversation": (0.2, 0.3), "synthetic": (0.2, 0.44)},
+                          {"conversation": (2.0, 1.5), "synthetic": (2.0, 1.0)}))
+    state, ours = verdict("mooncake_hit_global_local", tmp_path / "a")
+    assert state == MATCHES and ours.startswith("**matches**: max 2.20x (synthetic)")  # 0.44 / 0.2 vs 2.36
+    assert "conversation: 1.50x (30.0% vs 20.0%)" in ours
+    state, ours = verdict("mooncake_prefill_global_local", tmp_path / "a")
+    assert state == MATCHES and "max -50.0% (synthetic)" in ours and "conversation: -25.0%" in ours
+    make_job(tmp_path / "b", "mooncake_global_cache",
+             global_cache({"conversation": (0.2, 0.22)}, {"conversation": (2.0, 1.9)}))
+    assert verdict("mooncake_hit_global_local", tmp_path / "b")[0] == DIRECTION
+    assert verdict("mooncake_prefill_global_local", tmp_path / "b")[0] == DIRECTION
+    make_job(tmp_path / "c", "mooncake_global_cache",
+             global_cache({"conversation": (0.3, 0.2)}, {"conversation": (1.0, 1.2)}))
+    state, ours = verdict("mooncake_hit_global_local", tmp_path / "c")
+    assert state == FAILS and "no sensitivity local setup was run" in ours
+    assert verdict("mooncake_prefill_global_local", tmp_path / "c")[0] == FAILS
+    study = global_cache({"conversation": (0.3, 0.2)}, {"conversation": (1.0, 1.2)})
+    sensitivity = study.iloc[[0]].assign(variant="conversation/local_load_aware", sim_prefix_hit_rate_tokens=0.1,
+                                         sim_busy_s_prefill=1.5 * 3600)
+    make_job(tmp_path / "s", "mooncake_global_cache", pd.concat([study, sensitivity], ignore_index=True))
+    state, ours = verdict("mooncake_hit_global_local", tmp_path / "s")
+    assert state == FAILS and "Sensitivity: local routing local_load_aware flips it (matches): max 2.00x" in ours
+    state, ours = verdict("mooncake_prefill_global_local", tmp_path / "s")
+    assert state == FAILS and "local_load_aware flips it (holds in direction): max -20.0%" in ours
+    make_job(tmp_path / "d", "mooncake_global_cache", global_cache({"conversation": (0.3, 0.2)},
+                                                                   {"conversation": (1.0, 1.2)}).iloc[:1])
+    assert verdict("mooncake_hit_global_local", tmp_path / "d")[0] == NOT_RUN  # no workload with both
+
+
+def test_capacity_gain_is_the_ratio_of_effective_shares_over_the_strongest_baseline(tmp_path):
+    make_job(tmp_path, "mooncake_capacity", capacity(PAPER_LIKE))
     state, ours = verdict("mooncake_capacity_100", tmp_path)
-    assert state == DIRECTION
-    assert "+67%" in ours  # 2.5 / (1 + 0.05 / 0.10) = 2.5 / 1.5
-    assert verdict("mooncake_capacity_synthetic", tmp_path)[0] == DIRECTION
+    assert state == MATCHES
+    assert "+500% over vllm_prefix_caching" in ours and "90.0% vs 15.0%" in ours
+    assert "over vllm +650%, vllm_chunked_prefill +800%" in ours  # the other baselines, listed
+    state, ours = verdict("mooncake_capacity_200", tmp_path)
+    assert state == DIRECTION and "+90% over vllm " in ours
+    assert verdict("mooncake_capacity_300", tmp_path)[0] == MATCHES
 
 
-def test_capacity_gain_does_not_hold_when_vllm_serves_more(tmp_path):
-    make_job(tmp_path, "mooncake_capacity", capacity([0.95, 0.85, 0.5, 0.1], [0.99, 0.95, 0.85, 0.1]))
-    assert verdict("mooncake_capacity_200", tmp_path)[0] == FAILS
+def test_capacity_gain_does_not_hold_when_a_baseline_serves_more(tmp_path):
+    shares = {**PAPER_LIKE, "vllm_chunked_prefill": (0.1, 0.97, 0.55)}
+    make_job(tmp_path, "mooncake_capacity", capacity(shares))
+    state, ours = verdict("mooncake_capacity_200", tmp_path)
+    assert state == FAILS and "-2% over vllm_chunked_prefill" in ours and "Sensitivity" not in ours
+    assert verdict("mooncake_capacity_synthetic", tmp_path)[0] == FAILS  # one threshold fails: the claim fails
 
 
-def test_capacity_when_vllm_fails_everywhere_and_when_both_do(tmp_path):
-    make_job(tmp_path / "a", "mooncake_capacity", capacity([0.99, 0.95, 0.85, 0.1], [0.5, 0.4, 0.3, 0.1]))
+def test_capacity_sensitivity_runs_are_reported_for_a_claim_that_does_not_hold(tmp_path):
+    shares = {**PAPER_LIKE, "vllm_chunked_prefill": (0.1, 0.97, 0.55)}
+    table = pd.concat([capacity(shares), capacity(PAPER_LIKE, groups=("conversation@speed0.5",))])
+    make_job(tmp_path, "mooncake_capacity", table)
+    state, ours = verdict("mooncake_capacity_200", tmp_path)
+    assert state == FAILS and "Sensitivity: under speed0.5: +90% over vllm " in ours
+    state, ours = verdict("mooncake_capacity_100", tmp_path)  # a claim that holds names no sensitivity run
+    assert state == MATCHES and "Sensitivity" not in ours
+
+
+def test_capacity_when_no_request_is_effective(tmp_path):
+    zero = {s: (0.0, 0.0, 0.0) for s in CAPACITY_SYSTEMS}
+    make_job(tmp_path / "a", "mooncake_capacity", capacity({**zero, "mooncake": (0.5, 0.5, 0.5)}))
     state, ours = verdict("mooncake_capacity_300", tmp_path / "a")
-    assert state == DIRECTION and ">=+150%" in ours  # 2.5 against a vLLM capacity below the slowest rate, 1
-    make_job(tmp_path / "b", "mooncake_capacity", capacity([0.5, 0.4, 0.3, 0.1], [0.5, 0.4, 0.3, 0.1]))
+    assert state == DIRECTION and "+inf%" in ours  # only Mooncake has effective requests: no magnitude to match
+    make_job(tmp_path / "b", "mooncake_capacity", capacity(zero))
     state, ours = verdict("mooncake_capacity_300", tmp_path / "b")
-    assert state == FAILS and "inconclusive" in ours
+    assert state == FAILS and "n/a" in ours
 
 
-def test_capacity_below_the_slowest_point_is_an_upper_bound(tmp_path):
-    make_job(tmp_path, "mooncake_capacity", capacity([0.5, 0.4, 0.3, 0.1], [0.99, 0.95, 0.85, 0.1]))
-    state, ours = verdict("mooncake_capacity_100", tmp_path)
-    assert state == FAILS and "<=-60%" in ours and "inconclusive" not in ours  # <= 1 / 2.5 - 1
+def test_capacity_synthetic_matches_only_when_every_threshold_does(tmp_path):
+    # paper: +62% / +40% / +28%; Mooncake 0.81 / 0.7 / 0.64 over a strongest baseline of 0.5 at every threshold
+    near = {"mooncake": (0.81, 0.7, 0.64), **{s: (0.5, 0.5, 0.5) for s in CAPACITY_SYSTEMS[1:]}}
+    make_job(tmp_path / "a", "mooncake_capacity", capacity(near))
+    state, ours = verdict("mooncake_capacity_synthetic", tmp_path / "a")
+    assert state == MATCHES and ours.count("(matches)") == 3
+    make_job(tmp_path / "b", "mooncake_capacity", capacity({**near, "mooncake": (0.81, 0.9, 0.64)}))
+    assert verdict("mooncake_capacity_synthetic", tmp_path / "b")[0] == DIRECTION  # +80% at 200 ms: too far
+
+
+def test_capacity_needs_all_four_systems_at_the_traces_own_load(tmp_path):
+    table = capacity(PAPER_LIKE)
+    make_job(tmp_path / "a", "mooncake_capacity", table[table["variant"] != "conversation/vllm_chunked_prefill"])
+    state, ours = verdict("mooncake_capacity_100", tmp_path / "a")
+    assert state == NOT_RUN and "conversation/vllm_chunked_prefill" in ours
+    sweep = pd.concat([table.assign(point=i, speedup=s) for i, s in enumerate((0.5, 1.0, 2.0))])
+    make_job(tmp_path / "b", "mooncake_capacity", sweep)  # a sweep: its speedup-1 point is the trace's own load
+    assert verdict("mooncake_capacity_100", tmp_path / "b")[0] == MATCHES
+    rates = pd.concat([table.assign(point=i, offered_rate_rps=r) for i, r in enumerate((1.0, 2.0))])
+    make_job(tmp_path / "c", "mooncake_capacity", rates)  # Poisson rates: no point at the trace's own load
+    state, ours = verdict("mooncake_capacity_100", tmp_path / "c")
+    assert state == NOT_RUN and "several points" in ours
 
 
 def test_ratio_ranges_follow_the_capacity_bounds():
@@ -215,64 +327,125 @@ def test_ratio_ranges_follow_the_capacity_bounds():
 
 
 def test_capacity_missing_threshold_is_not_run(tmp_path):
-    table = capacity([0.99, 0.95, 0.85, 0.1], [0.5, 0.4, 0.3, 0.1]).drop(columns=["attainment_tbt_200ms"])
+    table = capacity(PAPER_LIKE).drop(columns=["attainment_tbt_200ms"])
     make_job(tmp_path, "mooncake_capacity", table)
     state, ours = verdict("mooncake_capacity_200", tmp_path)
     assert state == NOT_RUN and "attainment_tbt_200ms" in ours and "experiment=mooncake_capacity" in ours
-    assert verdict("mooncake_capacity_100", tmp_path)[0] == DIRECTION
+    assert verdict("mooncake_capacity_100", tmp_path)[0] == MATCHES
 
 
 def test_rejection_is_judged_on_the_papers_split(tmp_path):
     make_job(tmp_path / "a", "mooncake_rejection", rejection({"8P8D": (400, 300, 200), "12P2D": (1, 2, 3)}))
     state, ours = verdict("mooncake_rejection", tmp_path / "a")
     assert state == DIRECTION and "8P8D: 400 / 300 / 200" in ours and "12P2D: 1 / 2 / 3" in ours
-    make_job(tmp_path / "b", "mooncake_rejection", rejection({"8P8D": (228, 228, 228)}))
-    assert verdict("mooncake_rejection", tmp_path / "b")[0] == FAILS
+    make_job(tmp_path / "m", "mooncake_rejection", rejection({"8P8D": (4000, 3600, 3430)}))  # -10%, -14.25%
+    assert verdict("mooncake_rejection", tmp_path / "m")[0] == MATCHES
+    make_job(tmp_path / "b", "mooncake_rejection", rejection({"8P8D": (228, 228, 228), "8P1D": (9, 6, 3)}))
+    state, ours = verdict("mooncake_rejection", tmp_path / "b")
+    assert state == FAILS and "Sensitivity: 8P1D flips it" in ours
     make_job(tmp_path / "c", "mooncake_rejection", rejection({"12P2D": (104, 183, 732)}))
     state, ours = verdict("mooncake_rejection", tmp_path / "c")
-    assert state == FAILS and "no 8P8D" in ours
+    assert state == NOT_RUN and "no 8P8D" in ours
+
+
+def test_rejection_reports_goodput_wasted_prefill_and_decode_load(tmp_path):
+    table = rejection({"8P8D": (62, 62, 62), "8P1D": (895, 1242, 1430)})
+    table["goodput_rps"] = 5.0
+    table["sim_wasted_prefill_tokens"] = [0, 0, 0, 10_000_000, 0, 0]
+    table["sim_prefill_tokens_computed"] = 20_000_000
+    samples = [{"variant": v, "point": 0, "time_s": t, "instance": "d0", "role": "decode", "step_s": 0.04 + t / 1000,
+                "queued_prefill_s": 0.0} for v in table["variant"] for t in (0.0, 5.0, 10.0)]
+    samples += [{"variant": v, "point": 0, "time_s": t, "instance": "p0", "role": "prefill", "step_s": math.nan,
+                 "queued_prefill_s": q} for v in table["variant"] for t, q in ((0.0, 1.0), (5.0, 3.0), (10.0, 0.0))]
+    job = make_job(tmp_path, "mooncake_rejection", table, config={"slo": {"ttft_ms": 30000, "tbt_ms": 100},
+                                                                   "engine": {"sample_interval_s": 5}})
+    pd.DataFrame(samples).to_csv(job / "load.csv", index=False)
+    state, ours = verdict("mooncake_rejection", tmp_path)
+    assert state == FAILS
+    assert "goodput 5.00 / 5.00 / 5.00 req/s" in ours
+    assert "wasted prefill 10.0M / 0.0M / 0.0M tokens (50.0% of baseline's prefill)" in ours
+    assert "decode TBT ratio over time: mean 0.45, max 0.50" in ours  # (0.04 + 0.045 + 0.05) / 3 / 0.1
+    assert "8P1D does not flip it: 895 / 1,242 / 1,430" in ours
+    assert "5 s apart (mean |change|, b / e / p): 2.00 s / 2.00 s / 2.00 s" in ours
 
 
 def test_distserve_goodput_ratio(tmp_path):
+    make_job(tmp_path / "m", "distserve_slo_attainment", slo([1.0, 1.0, 0.95, 0.5], [0.95, 0.5, 0.3, 0.1]))
+    state, ours = verdict("distserve_goodput", tmp_path / "m")
+    assert state == MATCHES and "sharegpt: 2.80x" in ours  # (3 + 0.05/0.45) / (1 + 0.05/0.45), in 1.5-5.75x
     make_job(tmp_path / "a", "distserve_slo_attainment", slo([1.0, 1.0, 0.95, 0.5], [1.0, 0.95, 0.85, 0.5]))
     state, ours = verdict("distserve_goodput", tmp_path / "a")
-    assert state == DIRECTION and "azure_conv: 1.24x" in ours  # (3 + 0.05/0.45) / 2.5
+    assert state == DIRECTION and "sharegpt: 1.24x" in ours  # (3 + 0.05/0.45) / 2.5
     make_job(tmp_path / "b", "distserve_slo_attainment", slo([1.0, 0.95, 0.85, 0.5], [1.0, 1.0, 1.0, 0.95]))
     state, ours = verdict("distserve_goodput", tmp_path / "b")
     assert state == FAILS and "<=0.62x" in ours  # vLLM still passes at the highest rate: an upper bound
+    make_job(tmp_path / "c", "distserve_slo_attainment", slo([1.0, 1.0, 0.95, 0.5], [0.95, 0.5, 0.3, 0.1], "azure_conv"))
+    assert verdict("distserve_goodput", tmp_path / "c")[0] == NOT_RUN  # judged on ShareGPT only
+
+
+def _tighter_job(root: Path, rows: list[tuple[str, float, float, str]]) -> Path:
+    folder = make_job(root, "distserve_tighter_slo", pd.DataFrame({"variant": [r[0] for r in rows]}))
+    crossings(rows).to_csv(folder / SLO_CROSSING_FILE, index=False)
+    return folder
 
 
 def test_distserve_tighter_slo(tmp_path):
-    table = pd.DataFrame({"variant": ["vLLM 4xTP1/seqs16", "DistServe 2P2D/seqs16", "DistServe 1P3D/seqs16"],
-                          "p90_ttft_ms": [500.0, 200.0, 100.0], "p90_tpot_ms": [50.0, 150.0, 50.0],
-                          "slo_attainment": [0.5, 0.5, 0.95]})
-    make_job(tmp_path, "distserve_pareto", table)
-    state, ours = verdict("distserve_tighter_slo", tmp_path)
-    assert state == DIRECTION and ours.startswith("**holds in direction**: 4.00x")  # vLLM scale 2.0 vs DistServe 0.5
+    _tighter_job(tmp_path / "m", [("sharegpt/DistServe", 1.5, 0.5, "exact"), ("sharegpt/vLLM", 1.5, 1.2, "exact")])
+    state, ours = verdict("distserve_tighter_slo", tmp_path / "m")
+    assert state == MATCHES and "sharegpt at 1.5 req/s/GPU: 2.40x (crossing scale DistServe 0.5, vLLM 1.2)" in ours
+    _tighter_job(tmp_path / "b", [("sharegpt/DistServe", 1.5, 0.4, "at_most"), ("sharegpt/vLLM", 1.5, 1.2, "exact")])
+    state, ours = verdict("distserve_tighter_slo", tmp_path / "b")
+    assert state == DIRECTION and ">=3.00x" in ours  # DistServe meets 90% at every scale down to 0.4
+    _tighter_job(tmp_path / "f", [("sharegpt/DistServe", 1.5, 1.43, "exact"), ("sharegpt/vLLM", 1.5, 1.16, "exact"),
+                                  ("sharegpt/DistServe", 1.0, 0.59, "exact"), ("sharegpt/vLLM", 1.0, 1.03, "exact")])
+    state, ours = verdict("distserve_tighter_slo", tmp_path / "f")
+    assert state == FAILS and "0.81x" in ours
+    assert "Sensitivity: sharegpt at 1 req/s/GPU: 1.75x" in ours  # the other rate names what would flip it
+    _tighter_job(tmp_path / "n", [("sharegpt/DistServe", 1.0, 0.5, "exact"), ("sharegpt/vLLM", 1.0, 1.2, "exact")])
+    assert verdict("distserve_tighter_slo", tmp_path / "n")[0] == NOT_RUN  # not at the artifact's 1.5 req/s/GPU
 
 
 def test_distserve_placement(tmp_path):
-    def report(decode_tp: int) -> dict[str, Any]:
-        return {"chosen": {"prefill_tp": 2, "prefill_pp": 1, "n_prefill": 1, "decode_tp": decode_tp,
-                           "decode_pp": 1, "n_decode": 1}, "per_gpu_goodput_rps": 1.5,
-                "workload": {"name": "azure_conv"}}
-    table = pd.DataFrame({"phase": ["prefill"], "tp": [2], "pp": [1], "per_gpu_rate": [2.0], "chosen": [True]})
-    make_job(tmp_path / "a", "distserve_placement", table, files={"placement.json": report(1)})
-    make_job(tmp_path / "b", "distserve_placement", table, files={"placement.json": report(2)})
-    assert verdict("distserve_placement", tmp_path / "a")[0] == DIRECTION
-    assert verdict("distserve_placement", tmp_path / "b")[0] == FAILS
+    table = pd.DataFrame({"prefill_tp": [2], "decode_tp": [1], "per_gpu_rate": [1.5625], "chosen": [True]})
+    for name, report in (("m", pair_report(1.5625, tied=True)), ("d", pair_report(1.09375, tied=True)),
+                         ("f", pair_report(1.09375, tied=False)), ("a", pair_report(1.5, True, method="alg1"))):
+        make_job(tmp_path / name, "distserve_placement", table, files={"placement.json": report})
+    state, ours = verdict("distserve_placement", tmp_path / "m")
+    assert state == MATCHES and "README pair P TP2 + D TP1: 1.56 req/s/GPU (tied with the best)" in ours
+    assert verdict("distserve_placement", tmp_path / "d")[0] == DIRECTION  # tied, but 1.09 is outside 1.17-1.95
+    state, ours = verdict("distserve_placement", tmp_path / "f")
+    assert state == FAILS and "chosen P TP2PP1 + D TP2PP1 (4 GPUs) at 2.19 req/s/GPU" in ours
+    assert "Sensitivity: decode_kv_unlimited (decode_kv_limit=none)" in ours and "no sensitivity run flips the choice" in ours
+    assert verdict("distserve_placement", tmp_path / "a")[0] == NOT_RUN  # Algorithm 1, not the README's search
 
 
 def test_splitwise_claims_use_the_chosen_rows(tmp_path):
-    make_job(tmp_path / "a", "splitwise_provisioning", splitwise(aa_conv_power=12.9))
+    scale = {"study": {"max_requests": None, "params": {"budget_machines": 40, "budget_hardware": "h100_80gb"}}}
+    make_job(tmp_path / "a", "splitwise_provisioning", splitwise(aa_conv_power=12.9), config=scale)
     state, ours = verdict("splitwise_aa_isopower", tmp_path / "a")
-    assert state == DIRECTION and ours.startswith("**holds in direction**: 2.15x")
-    assert verdict("splitwise_ha_isopower", tmp_path / "a")[0] == DIRECTION  # 7/6 at 110 vs 123.2 $/hr
+    assert state == MATCHES and ours.startswith("**matches**: 2.15x")  # 12.9 / 6 against the paper's 2.15x
+    assert "40 x h100_80gb budget, every request of each trace" in ours and "Sensitivity" not in ours
+    assert verdict("splitwise_ha_isopower", tmp_path / "a")[0] == MATCHES  # 7/6 = 1.17x at 110 vs 123.2 $/hr
     assert verdict("splitwise_aa_isocost", tmp_path / "a")[0] == FAILS  # 5 vs Baseline-H100's 10
-    assert verdict("splitwise_pool_sizing", tmp_path / "a")[0] == DIRECTION
+    state, ours = verdict("splitwise_pool_sizing", tmp_path / "a")  # 75% vs 50% prompt: 1.50x against 1.40x
+    assert state == MATCHES and "prompt share 1.50x" in ours
     make_job(tmp_path / "b", "splitwise_provisioning", splitwise(aa_conv_power=5.0, split_code="1P/3T"))
     assert verdict("splitwise_aa_isopower", tmp_path / "b")[0] == FAILS
     assert verdict("splitwise_pool_sizing", tmp_path / "b")[0] == FAILS
+    make_job(tmp_path / "c", "splitwise_provisioning", splitwise(aa_conv_power=20.0, ha_cost=130.0))
+    assert verdict("splitwise_aa_isopower", tmp_path / "c")[0] == DIRECTION  # 3.33x: beyond 2.15x + 25%
+    state, ours = verdict("splitwise_ha_isopower", tmp_path / "c")  # 1.17x, but dearer than Baseline-A100
+    assert state == FAILS and "not cheaper than baseline_a100" in ours and "against baseline_h100: 0.70x" in ours
+
+
+def test_splitwise_sensitivity_scenarios_show_how_the_verdict_moves(tmp_path):
+    folder = make_job(tmp_path, "splitwise_provisioning", splitwise(aa_conv_power=5.0))
+    splitwise(aa_conv_power=12.9).assign(scenario="token_timing_splitwise_sim").to_csv(
+        folder / "sensitivity.csv", index=False)
+    state, ours = verdict("splitwise_aa_isopower", tmp_path)  # 5 / 6 here, 12.9 / 6 under the scenario
+    assert state == FAILS and ours.startswith("**does not hold**: 0.83x")
+    assert "Sensitivity: with splitwise-sim's token-phase timing (engine.token_phase_timing=splitwise_sim): 2.15x" in ours
+    assert ours.endswith(", matches.")
 
 
 def test_missing_experiment_is_not_run_with_the_command(tmp_path):
@@ -305,7 +478,7 @@ def test_report_file_has_header_and_a_four_column_table(tmp_path):
         cells = line.replace("\\|", "").strip("|").split("|")
         assert len(cells) == 4, line
     verdicts = {r.claim.key: r.verdict for r in rows}
-    assert verdicts["mooncake_scheduling"] == DIRECTION
+    assert verdicts["mooncake_scheduling"] == MATCHES
     assert verdicts["mooncake_capacity_100"] == NOT_RUN
     assert "python -m harness experiment=mooncake_capacity" in text
     assert f"{sum(v == DIRECTION for v in verdicts.values())} hold" in text

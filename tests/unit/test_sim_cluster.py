@@ -275,3 +275,44 @@ def test_scoring_only_useful_prefill_candidates_changes_nothing(policy: str, mon
     full, _ = run(setup(), specs)
     assert pruned == full
     assert sum(r.cached_tokens > 0 for r in full) > 50
+
+
+def test_baseline_counts_the_prefill_it_wastes() -> None:
+    _, base = run(disaggregated(rejection="baseline", tbt_slo_s=0.06, ttft_slo_s=None), _overload())
+    _, early = run(disaggregated(rejection="early", tbt_slo_s=0.06, ttft_slo_s=None), _overload())
+    assert base.info["n_rejected_after_prefill"] == base.info["n_rejected"] > 0
+    assert base.info["wasted_prefill_tokens"] == 500 * base.info["n_rejected_after_prefill"]  # nothing cached
+    assert early.info["wasted_prefill_tokens"] == 0 and "n_rejected_after_prefill" not in early.info
+    assert base.info["busy_s_prefill"] > early.info["busy_s_prefill"] > 0
+
+
+def test_predicted_decode_load_is_system_level_with_a_uniform_decode_time() -> None:
+    """Mooncake's prediction (arXiv v3 §7): requests the prefill instances finish by t join (spread over the
+    decode instances), running requests whose decode (uniform t_d) ends by t leave; no output length is read."""
+    from systems.sim.request import SimRequest
+
+    perf = LinearPerf()
+    cluster = Cluster(disaggregated(perf, n_p=1, n_d=2, rejection="predictive", tbt_slo_s=0.1))
+    d0, d1 = cluster.by_role["decode"]
+    running = []
+    for i, (inst, started) in enumerate(((d0, 1.0), (d0, 6.0), (d1, 9.0))):
+        req = SimRequest(spec(i, 0.0, 1000, 50 + 1000 * i), ())
+        req.generated, req.decode_start_s = 1, started
+        inst._join_running(req)
+        running.append(req)
+    queued = SimRequest(spec(9, 0.0, 2000, 5), ())
+    queued.est_work_s = 0.5
+    cluster.by_role["prefill"][0].waiting.append(queued)
+    cluster.loop.now = 10.0
+    cluster._decode_s_sum, cluster._decode_s_n = 8.0, 1  # t_d = 8 s
+    views = cluster.decode_views(100, 1.0)  # t = 11 s: d0's request started at 1.0 (ended at 9, already
+    # past t_d, still running: not predicted to leave now) stays; the one started at 6.0 leaves at 14 > t: stays
+    expected = float(perf.decode_step_time_s(2 + 1 + 0.5, 2 * 1001 + 101 + 1000.5))
+    assert views[0].predicted_step_s == pytest.approx(expected)
+    views = cluster.decode_views(100, 5.0)  # t = 15 s: the request started at 6.0 ends at 14 and leaves
+    expected = float(perf.decode_step_time_s(1 + 1 + 0.5, 1001 + 101 + 1000.5))
+    assert views[0].predicted_step_s == pytest.approx(expected)
+    for req in running:  # the prediction never reads a request's own output length
+        req.out_len = 7
+    assert cluster.decode_views(100, 5.0)[0].predicted_step_s == pytest.approx(expected)
+    assert views[0].step_s == pytest.approx(float(perf.decode_step_time_s(3, 2 * 1001 + 101)))

@@ -242,7 +242,8 @@ def test_the_job_writes_study_and_placement(tmp_path, shared_traces) -> None:
     from harness.studies.variants import compose_variant
 
     cfg = compose_variant(["experiment=distserve_placement", "study.max_requests=60", "study.params.verify=point",
-                           "study.params.target_rate_rps=12", f"data_dir={shared_traces}"])
+                           "study.params.target_rate_rps=12", "study.params.method=alg1", "~study.params.sensitivity",
+                           f"data_dir={shared_traces}"])
     result = run_placement_search(cfg, RunFolder(tmp_path))
     table = pd.read_csv(tmp_path / STUDY_FILE)
     # 4 GPUs: tp in 1..4, tp*pp <= 4 -> 8 layouts per phase; pp > 1 and tp=3 are skipped with a reason

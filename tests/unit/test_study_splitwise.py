@@ -25,6 +25,7 @@ from harness.studies.splitwise_provisioning.machines import (
     machine_type,
 )
 from harness.studies.splitwise_provisioning.params import FAILED_SLOWDOWN, ProvisioningParams
+from harness.studies.splitwise_provisioning.search import Probe, ProvisioningRun, TracePlan, middle_out
 from harness.studies.splitwise_provisioning.slowdown import (
     meets_slowdowns,
     reference_model,
@@ -33,6 +34,7 @@ from harness.studies.splitwise_provisioning.slowdown import (
 from harness.studies.splitwise_provisioning.study import at_rate, choose, unit_rate_requests
 from harness.studies.variants import compose_variant
 from systems.hardware_catalog import load_hardware
+from systems.sim.cluster import Cluster
 from systems.sim.simulation import SimulatedCluster
 
 PRESET = "experiment=splitwise_provisioning"
@@ -172,9 +174,10 @@ def test_slowdowns_against_the_uncontended_reference():
     assert max(max(b) for b in params.slowdown_bounds.values()) < FAILED_SLOWDOWN
 
 
-def test_uncontended_run_on_the_reference_machine_has_slowdown_one():
+@pytest.mark.parametrize("timing", ["ours", "splitwise_sim"])
+def test_uncontended_run_on_the_reference_machine_has_slowdown_one(timing):
     cfg = compose_variant([PRESET, "workload=azure_conv", "system=vllm_baseline", "system.colocated_instances=1",
-                           "engine.sample_interval_s=1e9"])
+                           "engine.sample_interval_s=1e9", f"engine.token_phase_timing={timing}"])
     params = ProvisioningParams.from_mapping({})
     requests = at_rate(unit_rate_requests(cfg, 30), 1e-5)  # ~10^5 s apart: every request runs alone
     point = simulate(SimulatedCluster(cfg), requests)
@@ -226,8 +229,9 @@ def test_tiny_end_to_end_run(tmp_path):
     cfg = compose_variant([PRESET, "study.max_requests=40"])
     variants = {"splitwise_ha": [PRESET, "system=splitwise", "engine.prefill.hardware=h100_80gb",
                                  "engine.decode.hardware=a100_80gb"]}
-    params = {"traces": ["azure_code"], "budgets": ["power", "cost"], "budget_a100_machines": 3,
-              "bisect_steps": 2, "max_expand": 4}
+    params = {"traces": ["azure_code"], "budgets": ["power", "cost"], "budget_machines": 3,
+              "budget_hardware": "a100_80gb", "bisect_steps": 2, "max_expand": 4,
+              "scenarios": {"timing": {"overrides": ["engine.token_phase_timing=splitwise_sim"], "budgets": ["power"]}}}
     cfg = dataclasses.replace(cfg, study=dataclasses.replace(cfg.study, variants=variants, params=params))
     result = run_splitwise_provisioning(cfg, RunFolder(tmp_path))
     table = pd.read_csv(tmp_path / "study.csv")
@@ -247,10 +251,127 @@ def test_tiny_end_to_end_run(tmp_path):
     assert power["throughput_vs_baseline_a100"].isna().all()  # no baseline design in this run
     cost = table[table["budget"] == "cost"]
     assert cost["feasible"].tolist() == [False] and not cost["chosen"].any()
-    probes = pd.read_csv(tmp_path / "probes.csv")
-    assert len(probes) == power["n_probes"].iloc[0] == result.metrics["n_simulations"]
+    all_probes = pd.read_csv(tmp_path / "probes.csv")
+    probes = all_probes[all_probes["scenario"] == "main"]
+    assert len(probes) == power["n_probes"].iloc[0]
+    assert len(all_probes) == result.metrics["n_simulations"]
     assert (probes[probes["passes"]]["rate_rps"] <= power["max_rate_rps"].iloc[0] + 1e-12).all()
     requests = pd.read_parquet(tmp_path / "requests.parquet")
     assert len(requests) == 40 and set(requests["design"]) == {"splitwise_ha"}
     assert set(result.metrics["chosen"]) == {"azure_code/power/splitwise_ha"}
     assert result.files["study"] == "study.csv"
+    sens = pd.read_csv(tmp_path / "sensitivity.csv")  # the scenario: power only, its own search
+    assert set(sens["scenario"]) == {"timing"} and set(sens["budget"]) == {"power"}
+    assert sens["split"].tolist() == ["1P/1T"] and sens["chosen"].all() and sens["max_rate_rps"].iloc[0] > 0
+    assert "engine.token_phase_timing=splitwise_sim" in sens["overrides"].iloc[0]
+    assert set(result.metrics["sensitivity"]["timing"]) == {"azure_code/power/splitwise_ha"}
+    assert len(all_probes) == len(probes) + sens["n_probes"].sum()
+
+
+# --- the search: order, pruning, scenarios, presets -----------------------------------------------
+
+
+def test_middle_out_order():
+    assert middle_out(4) == [1, 2, 0, 3]
+    assert middle_out(5) == [2, 1, 3, 0, 4]
+    assert middle_out(1) == [0] and middle_out(0) == []
+
+
+CAPACITY = {1: 5.0, 2: 9.0, 3: 12.0, 4: 7.0, 5: 3.0}  # req/s a split with this many prompt machines sustains
+
+
+def capacity_run(monkeypatch, prune: bool) -> ProvisioningRun:
+    """A run whose evaluation passes below CAPACITY[prompt machines] (no simulation)."""
+
+    def evaluate(self, cluster, plan, rate):
+        self.n_simulations += 1
+        ok = rate <= CAPACITY[cluster.cfg.system.prefill_instances]
+        return ok, Probe({"rate_rps": rate, "passes": ok})
+
+    monkeypatch.setattr(ProvisioningRun, "evaluate", evaluate)
+    params = ProvisioningParams.from_mapping({"prune_dominated": prune, "budget_hardware": "a100_80gb"})
+    return ProvisioningRun(params, {"a100_80gb": machine_type("a100_80gb")})
+
+
+def aa_design():
+    overrides = ["system=splitwise", "engine.prefill.hardware=a100_80gb", "engine.decode.hardware=a100_80gb"]
+    cfg = compose_variant([PRESET, *overrides])
+    return design_from_config("splitwise_aa", overrides, cfg, 8), cfg
+
+
+@pytest.mark.parametrize("prune", [True, False])
+def test_pruned_splits_cannot_beat_the_best(monkeypatch, prune):
+    run = capacity_run(monkeypatch, prune)
+    design, cfg = aa_design()
+    plan = TracePlan("t", [(design, cfg)], list(range(10)), None)  # type: ignore[arg-type]
+    budget = 6 * run.machines["a100_80gb"].cost_usd_hr
+    cands = enumerate_candidates(design, run.machines, "cost", budget)
+    assert [c.counts["prefill"] for c in cands] == [1, 2, 3, 4, 5]
+    run.design_rows(plan, "cost", budget, design, cfg, cands)
+    table = choose(pd.DataFrame(run.rows), "baseline_a100")
+    best = table[table["chosen"]].iloc[0]
+    assert best["split"] == "3P/3T" and best["max_rate_rps"] == pytest.approx(12.0, rel=0.03)
+    assert best["max_rate_rps"] <= 12.0
+    if prune:  # 3P first (full search), then 2P, 4P, 1P, 5P: each fails at the best so far (one probe)
+        assert table["pruned"].tolist() == [True, True, False, True, True]
+        assert table.loc[table["pruned"], "n_probes"].tolist() == [1, 1, 1, 1]
+        assert table.loc[table["pruned"], "max_rate_rps"].isna().all()
+        assert (table.loc[table["pruned"], "rate_upper_rps"] == best["max_rate_rps"]).all()
+    else:
+        assert table["max_rate_rps"].to_numpy() == pytest.approx([CAPACITY[p] for p in range(1, 6)], rel=0.03)
+
+
+def test_a_split_pruned_against_a_higher_best_is_searched_again(monkeypatch):
+    run = capacity_run(monkeypatch, True)
+    design, cfg = aa_design()
+    plan = TracePlan("t", [(design, cfg)], list(range(10)), None)  # type: ignore[arg-type]
+    budget = 6 * run.machines["a100_80gb"].cost_usd_hr
+    cands = enumerate_candidates(design, run.machines, "cost", budget)
+    run.design_rows(plan, "cost", budget, design, cfg, cands)
+    run.design_rows(plan, "power", budget, design, cfg, [c for c in cands if c.counts["prefill"] != 3])
+    second = pd.DataFrame(run.rows[5:])
+    assert second.loc[second["split"] == "2P/4T", "max_rate_rps"].iloc[0] == pytest.approx(9.0, rel=0.03)
+    assert not second.loc[second["split"] == "2P/4T", "reused"].iloc[0]
+
+
+def test_scenarios_are_checked():
+    ok = ProvisioningParams.from_mapping({"scenarios": {"t": ["engine.token_phase_timing=splitwise_sim"],
+                                                        "u": {"overrides": ["x=1"], "budgets": ["power"]}}})
+    assert [s.name for s in ok.scenarios] == ["t", "u"] and ok.scenarios[1].covers("a", "power", "d")
+    assert not ok.scenarios[1].covers("a", "cost", "d")
+    for bad, match in (({"main": ["x=1"]}, "scenarios.main"), ({"t": []}, "scenarios.t.overrides"),
+                       ({"t": {"overrides": ["x=1"], "when": 1}}, "scenarios.t: unknown"),
+                       ({"t": {"overrides": ["x=1"], "traces": ["nope"]}}, "scenarios.t.traces")):
+        with pytest.raises(ConfigError, match=match):
+            ProvisioningParams.from_mapping({"scenarios": bad})
+
+
+@pytest.mark.parametrize("preset, budget, max_requests", [("splitwise_provisioning", 10, 1000),
+                                                          ("splitwise_provisioning_full", 40, None)])
+def test_presets_compose_with_the_papers_setup(compose, preset, budget, max_requests):
+    cfg = compose([f"experiment={preset}"])
+    assert cfg.experiment_name == "splitwise_provisioning"  # the report reads whichever finished last
+    assert cfg.study.max_requests == max_requests
+    params = ProvisioningParams.from_mapping(cfg.study.params)
+    assert (params.budget_machines, params.budget_hardware) == (budget, "h100_80gb")
+    assert [s.name for s in params.scenarios] == ["token_timing_splitwise_sim"]
+    engine = cfg.engine
+    assert (engine.max_num_seqs, engine.max_num_batched_tokens) == (512, 2048)  # splitwise-sim start_state
+    assert engine.whole_prompts and not engine.chunked_prefill
+    assert engine.mixed_pool == "dynamic" and engine.mixed_prompt_queue_tokens == 8192
+    assert engine.kv_link_per_gpu and cfg.system.mixed_instances == 0
+
+
+def test_full_budget_buys_the_papers_clusters(machines):
+    power, cost = 40 * machines["h100_80gb"].power_kw, 40 * machines["h100_80gb"].cost_usd_hr
+    assert enumerate_candidates(baseline("a100_80gb"), machines, "power", power)[0].counts == {"colocated": 70}
+    assert enumerate_candidates(baseline("a100_80gb"), machines, "cost", cost)[0].counts == {"colocated": 86}
+    assert enumerate_candidates(baseline("h100_80gb"), machines, "cost", cost)[0].counts == {"colocated": 40}
+
+
+def test_preset_kv_link_is_per_gpu():
+    cfg = compose_variant([PRESET, "system=splitwise", "system.prefill_instances=1", "system.decode_instances=1"])
+    setup = SimulatedCluster(cfg).setup()
+    assert setup.kv_link_per_gpu and setup.mixed_pool == "dynamic" and setup.whole_prompts
+    nic = Cluster(setup).nics[0].spec
+    assert nic.bandwidth_gbps == pytest.approx(8 * 200 / 8)  # 8 GPUs x 200 Gbps = 200 GB/s per DGX-A100

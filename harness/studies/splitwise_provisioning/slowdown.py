@@ -20,6 +20,7 @@ from harness.studies.splitwise_provisioning.params import (
 from systems.hardware_catalog import load_hardware
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.registry import build_perf_model
+from systems.sim.simulation import peer_timing_params
 
 
 class UncontendedReference:
@@ -53,7 +54,7 @@ def reference_model(cfg: Config, params: ProvisioningParams) -> UncontendedRefer
     shape = InstanceShape(hw.name, params.reference_tp)
     try:
         perf = build_perf_model(cfg.engine.perf_model, cfg.model, hw, shape, profiles_dir=cfg.engine.profiles_dir,
-                                gpu_memory_utilization=cfg.engine.gpu_memory_utilization)
+                                gpu_memory_utilization=cfg.engine.gpu_memory_utilization, **peer_timing_params(cfg))
     except ValueError as exc:
         raise ConfigError(f"study.params.reference_hardware ({cfg.engine.perf_model} model): {exc}") from exc
     return UncontendedReference(perf)

@@ -1,0 +1,204 @@
+"""The rate searches of the Splitwise provisioning study: the requests at a rate, one probe (a simulation
+judged by the SLO), and every candidate split of a design bisected for its highest passing rate.
+
+Candidates of a design are searched from the middle of the split range outwards. With
+``prune_dominated`` only the first gets a full search; each later one is probed first at the best rate
+its design reached so far: if it fails there it cannot be the design's best (passing is taken to be
+monotone in the rate, as every bisection here assumes), its row says so (``pruned``, ``max_rate_rps``
+empty, ``rate_upper_rps`` that rate) and it costs one simulation; if it passes, the search continues
+upwards from there in steps of ``refine_growth``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from harness.capacity import RateSearch, search_max_rate
+from harness.config import Config
+from harness.metrics import request_frame
+from harness.studies.simulate import load_requests, point_workload, simulate
+from harness.studies.splitwise_provisioning.machines import Candidate, Design, MachineType, candidate_config
+from harness.studies.splitwise_provisioning.params import MAIN_SCENARIO, ProvisioningParams
+from harness.studies.splitwise_provisioning.slowdown import (
+    UncontendedReference,
+    meets_slowdowns,
+    slowdown_percentiles,
+)
+from systems.sim.simulation import SimulatedCluster
+from workloads.base import WorkloadRequests
+
+log = logging.getLogger(__name__)
+
+
+def unit_rate_requests(cfg: Config, max_requests: Optional[int]) -> WorkloadRequests:
+    """The trace prefix with Poisson arrivals at 1 req/s."""
+    return load_requests(cfg, point_workload(cfg, rate_rps=1.0, max_requests=max_requests))
+
+
+def at_rate(base: WorkloadRequests, rate_rps: float) -> WorkloadRequests:
+    """``base`` (a 1 req/s Poisson schedule) at ``rate_rps``: every arrival divided by the rate."""
+    specs = tuple(dataclasses.replace(s, arrival_s=s.arrival_s / rate_rps) for s in base.specs)
+    schedule = dataclasses.replace(base.schedule, offered_rate_rps=base.schedule.offered_rate_rps * rate_rps,
+                                   duration_s=base.schedule.duration_s / rate_rps)
+    return dataclasses.replace(base, specs=specs, schedule=schedule)
+
+
+def middle_out(n: int) -> list[int]:
+    """Indices ``0..n-1`` from the middle outwards (``[1, 2, 0, 3]`` for 4): the extremes of a split range
+    (one prompt or one token machine) are rarely best, so the best rate is found early."""
+    mid = (n - 1) / 2
+    return sorted(range(n), key=lambda i: (abs(i - mid), i))
+
+
+@dataclass
+class Probe:
+    """One simulation of a bisection: its table row (records are not kept: a chosen candidate is simulated
+    again at its highest passing rate, :meth:`ProvisioningRun.records_of`)."""
+
+    row: dict[str, Any]
+
+
+@dataclass
+class TracePlan:
+    """One trace's composed designs, requests and uncontended reference (in one scenario)."""
+
+    trace: str
+    designs: list[tuple[Design, Any]]
+    requests: WorkloadRequests
+    reference: UncontendedReference
+    scenario: str = MAIN_SCENARIO
+
+
+@dataclass
+class Searched:
+    """A candidate's search: the result, the cluster's GPUs, and the rate it was pruned at (0: not pruned)."""
+
+    result: RateSearch[Probe]
+    n_gpus: int
+    pruned_at: float = 0.0
+
+
+class ProvisioningRun:
+    """Bisects every candidate once (a candidate both budgets buy is simulated once) and keeps the rows."""
+
+    def __init__(self, params: ProvisioningParams, machines: Mapping[str, MachineType]) -> None:
+        self.params = params
+        self.machines = machines
+        self.n_simulations = 0
+        self.sim_wall_s = 0.0
+        self.rows: list[dict[str, Any]] = []
+        self.probes: list[dict[str, Any]] = []
+        self.sources: dict[int, tuple[Config, Candidate, TracePlan]] = {}  # row index -> what it simulated
+        self._done: dict[tuple[Any, ...], Searched] = {}
+
+    def evaluate(self, cluster: SimulatedCluster, plan: TracePlan, rate: float) -> tuple[bool, Probe]:
+        """Simulate ``rate`` and judge it by the criterion."""
+        point = simulate(cluster, at_rate(plan.requests, rate))
+        self.n_simulations += 1
+        self.sim_wall_s += point.wall_s
+        m = point.metrics
+        slow = slowdown_percentiles(request_frame(point.records), plan.reference, self.params.quantiles)
+        if self.params.criterion == "splitwise_slowdown":
+            ok = meets_slowdowns(slow, self.params)
+        else:
+            ok = bool(m["meets_attainment_target"])
+        info = point.info
+        row = {"rate_rps": rate, "passes": ok, **slow, "slo_attainment": m["slo_attainment"],
+               "request_throughput_rps": m["request_throughput_rps"], "n_ok": m["n_ok"], "n_issued": m["n_issued"],
+               **{k: m[k] for k in ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
+                                    "median_e2e_ms", "p99_e2e_ms")},
+               **{f"sim_{k}": v for k, v in info.items() if k.startswith("utilization")},
+               **{f"sim_n_{k}": info.get(f"n_{k}", 0) for k in ("mixed_prompts", "mixed_decodes",
+                                                                "lent_token_machines", "lent_prompt_machines")},
+               "sim_wall_s": point.wall_s}
+        return ok, Probe(row)
+
+    def _search(self, cluster: SimulatedCluster, plan: TracePlan, guess: float, best: float) -> Searched:
+        """A full search from ``guess``, or (``best`` > 0 and pruning) one that starts at ``best`` and stops
+        there when that fails."""
+        p = self.params
+
+        def evaluate(rate: float) -> tuple[bool, Probe]:
+            return self.evaluate(cluster, plan, rate)
+
+        if p.prune_dominated and best > 0:
+            result = search_max_rate(evaluate, best, growth=p.refine_growth, steps=p.bisect_steps,
+                                     midpoint="arithmetic", rel_tol=p.rate_rel_tol, max_expand=p.max_expand,
+                                     min_rate_rps=best)
+            return Searched(result, cluster.n_gpus, best if result.rate_rps == 0 else 0.0)
+        result = search_max_rate(evaluate, guess, growth=2.0, steps=p.bisect_steps, midpoint="arithmetic",
+                                 rel_tol=p.rate_rel_tol, max_expand=p.max_expand)
+        return Searched(result, cluster.n_gpus)
+
+    def design_rows(self, plan: TracePlan, kind: str, budget: float, design: Design, cfg: Config,
+                    candidates: list[Candidate]) -> None:
+        """Rows of every candidate of ``design`` within ``budget`` of ``kind`` (``candidates``, enumerated)."""
+        p = self.params
+        ident = {"scenario": plan.scenario, "trace": plan.trace, "budget": kind, "budget_value": budget,
+                 "budget_unit": "usd_per_hr" if kind == "cost" else "kw", "budget_machines": p.budget_machines,
+                 "budget_hardware": p.budget_hardware, "design": design.label, "system": design.system,
+                 "prompt_hardware": design.hardware.get("prefill", design.hardware.get("colocated")),
+                 "token_hardware": design.hardware.get("decode", design.hardware.get("colocated")),
+                 "mixed_hardware": design.hardware.get("mixed")}
+        if not candidates:
+            log.warning("%s: %s cannot afford one machine per pool within the %s budget (%.4g)",
+                        plan.trace, design.label, kind, budget)
+            self.rows.append({**ident, "feasible": False, "split": "", "n_machines": 0, "max_rate_rps": 0.0})
+            return
+        best = 0.0
+        searched: dict[int, tuple[Searched, bool]] = {}
+        for i in middle_out(len(candidates)):
+            cand = candidates[i]
+            key = (plan.scenario, plan.trace, design.label, tuple(sorted(cand.counts.items())))
+            done = self._done.get(key)
+            # a result pruned against a higher best (the other budget's) says too little here: search again
+            reused = done is not None and not (done.pruned_at > best)
+            if not reused:
+                cluster = SimulatedCluster(candidate_config(cfg, cand))
+                guess = p.initial_rate_per_machine_rps * cand.n_machines
+                done = self._search(cluster, plan, guess, best)
+                self._done[key] = done
+                self.probes.extend({**ident, "split": cand.split(), **probe.row} for _, _, probe in done.result.probes)
+            assert done is not None
+            best = max(best, done.result.rate_rps)
+            searched[i] = (done, reused)
+        for i, cand in enumerate(candidates):
+            done, reused = searched[i]
+            self.sources[len(self.rows)] = (cfg, cand, plan)
+            self._row(ident, design, cand, kind, budget, done, reused, len(plan.requests))
+
+    def _row(self, ident: dict[str, Any], design: Design, cand: Candidate, kind: str, budget: float,
+             done: Searched, reused: bool, n_requests: int) -> None:
+        result = done.result
+        cost = cand.total(design, self.machines, "cost")
+        power = cand.total(design, self.machines, "power")
+        pruned = done.pruned_at > 0
+        rate = math.nan if pruned else result.rate_rps
+        best = result.best
+        self.rows.append({
+            **ident, "feasible": True, "split": cand.split(), "n_colocated": cand.counts.get("colocated", 0),
+            "n_prompt": cand.counts.get("prefill", 0), "n_token": cand.counts.get("decode", 0),
+            "n_mixed": cand.counts.get("mixed", 0), "n_machines": cand.n_machines, "n_gpus": done.n_gpus,
+            "cost_usd_hr": cost, "power_kw": power,
+            "budget_used_fraction": (cost if kind == "cost" else power) / budget,
+            "max_rate_rps": rate, "rate_upper_rps": done.pruned_at if pruned else result.upper_rps,
+            "pruned": pruned, "throughput_per_usd_hr": rate / cost, "throughput_per_kw": rate / power,
+            "n_probes": len(result.probes), "reused": reused, "criterion": self.params.criterion,
+            "max_requests": n_requests,
+            **{f"at_max_{k}": v for k, v in (best.row if best else {}).items() if k not in ("rate_rps", "passes")},
+            "overrides": " ".join([f"workload={ident['trace']}", *design.overrides, *cand.overrides()]),
+        })
+        log.info("%s %s %s %s %s: %s (%.4g $/hr, %.4g kW, %d probes%s)", ident["scenario"], ident["trace"], kind,
+                 design.label, cand.split(), f"below {done.pruned_at:.3g} req/s (pruned)" if pruned
+                 else f"max {result.rate_rps:.3g} req/s", cost, power, len(result.probes), ", reused" if reused else "")
+
+    def records_of(self, row: int, rate: float) -> tuple[Any, ...]:
+        """The records of row ``row``'s candidate at ``rate`` (the simulation is deterministic: the same
+        records as its probe at that rate)."""
+        cfg, cand, plan = self.sources[row]
+        return simulate(SimulatedCluster(candidate_config(cfg, cand)), at_rate(plan.requests, rate)).records
