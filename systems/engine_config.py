@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from omegaconf import MISSING
 
@@ -23,6 +23,22 @@ from systems.topology import ENGINES
 
 DEVICES = ("auto", "cpu", "gpu")
 MIXED_POOLS = ("dedicated", "dynamic")  # engine.mixed_pool of engine=sim
+
+
+LISTENER_FLAGS = ("--host", "--port")
+
+
+def check_extra_args(extra_args: Any) -> None:
+    """``engine.extra_args`` is a list of strings that does not choose the servers' listeners: the deployment
+    binds every server to 127.0.0.1 on a port it allocates, and a ``--host 0.0.0.0`` appended after that
+    would silently expose the server on every interface."""
+    if not isinstance(extra_args, list | tuple) or not all(isinstance(a, str) for a in extra_args):
+        raise ConfigError(f"engine.extra_args: expected a list of strings, got {extra_args!r}")
+    for arg in extra_args:
+        flag = arg.split("=", 1)[0]
+        if flag in LISTENER_FLAGS:
+            raise ConfigError(f"engine.extra_args: {arg!r} is refused: the deployment chooses each server's "
+                              f"address (127.0.0.1) and port itself; remove {flag} from engine.extra_args")
 
 
 def _positive(key: str, value: float) -> None:
@@ -288,6 +304,7 @@ class VllmEngineConfig(RealEngineConfig):
             raise ConfigError(f"engine.kv_connector: expected auto, mooncake or nixl, got {self.kv_connector!r}")
         _positive("kv_transfer_stall_s", self.kv_transfer_stall_s)
         _positive("kv_unclaimed_s", self.kv_unclaimed_s)
+        check_extra_args(self.extra_args)
         if self.kv_protocol not in ("auto", "tcp", "rdma"):
             raise ConfigError(f"engine.kv_protocol: expected auto, tcp or rdma, got {self.kv_protocol!r}")
 
@@ -394,8 +411,7 @@ class SglangEngineConfig(RealEngineConfig):
         if self.ib_device is not None and self.transfer_backend != "mooncake":
             raise ConfigError("engine.ib_device: applies to engine.transfer_backend=mooncake only "
                               "(NIXL picks devices through UCX_NET_DEVICES)")
-        if not isinstance(self.extra_args, list | tuple) or not all(isinstance(a, str) for a in self.extra_args):
-            raise ConfigError(f"engine.extra_args: expected a list of strings, got {self.extra_args!r}")
+        check_extra_args(self.extra_args)
 
 
 @dataclass
