@@ -21,7 +21,10 @@ Splitwise's mixed pool comes in two forms (``engine.mixed_pool``):
   tokens, prompt tokens queued or computing plus one per sequence decoding, would exceed
   ``mixed_prompt_queue_tokens`` with this prompt), the prompt goes to the mixed pool's least-loaded member
   if that one's queue is not long, else the least-loaded token instance is lent to the mixed pool and
-  takes it (and decodes it where it was prefilled, with mixed batching). When no token instance has room
+  takes it (and decodes it where it was prefilled, with mixed batching). A decode goes to the token
+  instance with the least KV scheduled (in use, reserved by transfers on the way, and this request's) that
+  has room, as splitwise-sim's ``find_best_token_instance`` picks by ``sched_memory`` (the ``dedicated`` form
+  and the other P/D designs take the one with the fastest estimated step). When no token instance has room
   for a request's KV, it decodes on the mixed pool's member with the least KV in use if that one has
   room, else on a prompt instance lent to the mixed pool (the one with the least KV in use). A lent
   instance goes back to its own pool once it has no work left. Differences from splitwise-sim: it picks
@@ -582,12 +585,14 @@ class Cluster(InstanceHooks):
         dynamic = self.setup.mixed_pool == "dynamic"
         if dynamic:
             self._return_idle()
-        best, best_step = None, math.inf
+        best, best_score = None, math.inf
         for i, v in enumerate(views):
             if dynamic and decodes[i].index in self.lent:
                 continue  # in the mixed pool: tried after the token pool
-            if v.kv_free_tokens >= 0 and v.step_s < best_step:
-                best, best_step = i, v.step_s
+            # dynamic (splitwise-sim's find_best_token_instance): the least KV scheduled; else the fastest step
+            score = decodes[i].capacity - v.kv_free_tokens if dynamic else v.step_s
+            if v.kv_free_tokens >= 0 and score < best_score:
+                best, best_score = i, score
         if best is None and dynamic:
             target = self._mixed_for_decode(prompt_tokens)
             if target is not None:

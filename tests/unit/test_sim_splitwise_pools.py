@@ -70,6 +70,18 @@ def test_dynamic_pool_lends_a_prompt_machine_when_token_machines_are_full():
     assert any(r.instance.split("->")[-1].startswith("P") for r in recs)  # decoded on a prompt machine
 
 
+@pytest.mark.parametrize("mixed_pool", ["dynamic", "dedicated"])
+def test_dynamic_pool_decodes_on_the_token_machine_with_least_kv_scheduled(mixed_pool):
+    # one long sequence on the first token machine, then short ones: by KV scheduled (splitwise-sim's
+    # sched_memory) every short one goes to the second; by the fastest step some join the long one
+    long = [spec(0, 0.0, 5000, 1000)]
+    short = [spec(i, 1.0 + 0.05 * i, 100, 1000) for i in range(1, 11)]
+    recs, _ = run(splitwise(1, 2, mixed_pool=mixed_pool), long + short)
+    where = {r.request_id: r.instance.split("->")[-1] for r in recs}
+    on_first = [i for i in range(1, 11) if where[i] == where[0]]
+    assert (on_first == []) == (mixed_pool == "dynamic")
+
+
 def test_lent_machines_return_once_idle():
     setup = splitwise(1, 2, mixed_pool="dynamic", mixed_prompt_queue_tokens=3000)
     cluster = Cluster(setup)
