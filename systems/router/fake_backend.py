@@ -7,7 +7,11 @@ body fields steer it (a real engine would ignore or reject them; the router forw
 * ``fake_status``: answer this HTTP status with a JSON error instead;
 * ``fake_break_after``: abort the connection after this many chunks;
 * ``fake_hold``: after the first chunk, wait until :attr:`FakeBackend.release` is set;
-* ``fake_delay_s``: sleep this long before every chunk.
+* ``fake_delay_s``: sleep this long before every chunk;
+* ``fake_stall``: answer nothing (not even the status line) until :attr:`FakeBackend.release` is set.
+
+``GET /metrics`` answers vLLM's ``vllm:cache_config_info`` line when the backend was given
+``kv_blocks=(num_gpu_blocks, block_size)``, and an empty page otherwise.
 
 It keeps every request body it received, and counts requests started, completed and aborted (the client
 went away). ``python -m systems.router.fake_backend --port P`` serves one on 127.0.0.1.
@@ -31,8 +35,9 @@ logger = logging.getLogger(__name__)
 class FakeBackend:
     """One fake server; :meth:`start` serves it on a loopback port, :meth:`stop` tears it down."""
 
-    def __init__(self, name: str = "fake") -> None:
+    def __init__(self, name: str = "fake", kv_blocks: Optional[tuple[int, int]] = None) -> None:
         self.name = name
+        self.kv_blocks = kv_blocks
         self.bodies: list[bytes] = []
         self.paths: list[str] = []
         self.started = 0
@@ -48,6 +53,7 @@ class FakeBackend:
         app.router.add_post("/v1/completions", self._generate)
         app.router.add_post("/v1/chat/completions", self._generate)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/metrics", self._metrics)
         return app
 
     async def start(self, port: int = 0) -> str:
@@ -70,12 +76,25 @@ class FakeBackend:
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "fake-model", "owned_by": self.name}]})
 
+    async def _metrics(self, request: web.Request) -> web.Response:
+        text = ""
+        if self.kv_blocks is not None:
+            blocks, size = self.kv_blocks
+            text = (f'vllm:cache_config_info{{block_size="{size}",engine="0",num_gpu_blocks="{blocks}"}} 1.0\n')
+        return web.Response(text=text, content_type="text/plain")
+
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         self.bodies.append(raw)
         self.paths.append(request.path)
         self.started += 1
         body: dict[str, Any] = json.loads(raw)
+        if body.get("fake_stall"):
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.aborted += 1
+                raise
         if "fake_status" in body:
             self.completed += 1
             return web.json_response({"error": {"message": "fake failure"}}, status=int(body["fake_status"]))

@@ -24,6 +24,12 @@ def render_metrics(state: RouterState) -> str:
             state.backend_errors,
         ),
         (
+            "router_upstream_timeouts_total",
+            "counter",
+            "Requests whose backend did not answer within the connect or total upstream timeout.",
+            state.upstream_timeouts,
+        ),
+        (
             "router_client_disconnects_total",
             "counter",
             "Requests whose client went away before the response ended.",
@@ -35,6 +41,13 @@ def render_metrics(state: RouterState) -> str:
         lines.append(f"# TYPE {metric} {kind}")
         for backend, value in zip(state.backends, values, strict=True):
             lines.append(f'{metric}{{backend="{_label(backend.name)}"}} {value}')
+    admission = state.admission
+    lines.append("# HELP router_requests_pending Requests the router holds (bounded by max_pending).")
+    lines.append("# TYPE router_requests_pending gauge")
+    lines.append(f"router_requests_pending {admission.pending}")
+    lines.append("# HELP router_overload_rejections_total Requests answered 429 because max_pending was reached.")
+    lines.append("# TYPE router_overload_rejections_total counter")
+    lines.append(f"router_overload_rejections_total {admission.rejected}")
     policy = state.policy
     lines.append("# HELP router_policy_info The routing policy in use (value is always 1).")
     lines.append("# TYPE router_policy_info gauge")

@@ -20,6 +20,13 @@ For each request the router
 A decode instance that cannot be reached or breaks its stream is marked down (probed every
 ``health_interval_s`` until it answers again) and new requests go to the others; its in-flight
 requests end with an error naming it (``502`` before the stream started, an SSE error event after).
+
+Overload (:mod:`systems.router.admission`, on by default): at most ``max_pending`` requests are held at
+once (0: no bound); the next is answered ``429`` (error type ``overloaded``, distinct from the SLO
+rejections' ``rejected``) before its body is read. Every upstream request has ``connect_timeout_s`` to
+connect and ``upstream_timeout_s`` in total; past it the request ends with ``504`` (``prefill_timeout``
+or ``decode_timeout``), or an SSE error event once the stream began. A timeout does not mark a decode
+instance down (a slow instance is not a dead one).
 """
 
 from __future__ import annotations
@@ -40,6 +47,15 @@ from aiohttp import web
 from systems.policies.cache_aware import BlockLRU
 from systems.policies.hashing import block_hashes
 from systems.policies.pd import PDScheduler
+from systems.router.admission import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_MAX_PENDING,
+    DEFAULT_UPSTREAM_TIMEOUT_S,
+    Admission,
+    client_timeout,
+    overloaded_response,
+    timeout_message,
+)
 from systems.router.conductor_view import ClusterState, Estimates, RouterPDView, least_loaded_decode
 from systems.router.kv_events import KVEventIndex
 from systems.router.pool_index import PoolIndex
@@ -85,6 +101,16 @@ class RouterConfig:
     health_interval_s: float = 2.0
     local_cache: bool = True  # prefill instances keep a prefix cache (false: the router never assumes local hits)
     kv_events_port: int = 0  # > 0: the prefill instances publish KV-cache events to 127.0.0.1:<port>
+    kv_events_capacity_blocks: int = 0  # per prefill instance; 0: estimates.local_capacity_tokens // block_size
+    max_pending: int = DEFAULT_MAX_PENDING  # requests held at once; beyond: 429 (0: no bound)
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    upstream_timeout_s: float = DEFAULT_UPSTREAM_TIMEOUT_S  # total per upstream request; 0: none
+
+    def event_index_capacity(self) -> int:
+        """Blocks the KV-event index keeps per prefill instance: one instance's KV cache."""
+        if self.kv_events_capacity_blocks > 0:
+            return self.kv_events_capacity_blocks
+        return max(1, self.estimates.local_capacity_tokens // self.block_size)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RouterConfig:
@@ -98,6 +124,9 @@ class RouterConfig:
         names = [i.name for i in cfg.prefill + cfg.decode + cfg.mixed]
         if len(set(names)) != len(names):
             raise ValueError(f"instance names must be unique, got {names}")
+        if cfg.max_pending < 0:
+            raise ValueError(f"max_pending must be >= 0 (0: no bound), got {cfg.max_pending}")
+        client_timeout(cfg.connect_timeout_s, cfg.upstream_timeout_s)  # checks both
         return cfg
 
 
@@ -117,9 +146,11 @@ class PDRouter:
                                      cfg.kvcache_balancing_threshold, cfg.seed, pick_decode=True)
         self.pool = pool
         self.mixed_outstanding = [0] * len(cfg.mixed)
+        self.admission = Admission(cfg.max_pending)
+        self.timeout = client_timeout(cfg.connect_timeout_s, cfg.upstream_timeout_s)
         self.counts: dict[str, int] = {"requests": 0, "rejected": 0, "to_mixed": 0, "prefill_errors": 0,
                                        "decode_errors": 0, "pool_queries": 0, "pool_query_timeouts": 0,
-                                       "decode_marked_down": 0}
+                                       "decode_marked_down": 0, "prefill_timeouts": 0, "decode_timeouts": 0}
         self.session: Optional[aiohttp.ClientSession] = None
         self._log = open(cfg.request_log, "a", encoding="utf-8") if cfg.request_log else None  # noqa: SIM115
 
@@ -181,6 +212,8 @@ class PDRouter:
         est = self.state.estimates
         return {"policy": self.scheduler.describe(), "local_cache_source": self.state.local_cache_source,
                 "kv_events": self.events.events if self.events is not None else 0,
+                "kv_event_receiver": self.events.receiver_stats() if self.events is not None else None,
+                "admission": self.admission.stats(),
                 "pool": bool(self.pool), "counts": dict(self.counts),
                 "pool_errors": self.pool.errors if self.pool is not None else 0,
                 "decode_alive": {d.name: d.alive for d in self.state.decode},
@@ -199,6 +232,15 @@ def _prefill_body(body: dict[str, Any], transfer_id: str) -> dict[str, Any]:
 
 async def handle_completions(request: web.Request) -> web.StreamResponse:
     router: PDRouter = request.app[ROUTER_KEY]  # type: ignore[assignment]
+    if not router.admission.try_enter():
+        return overloaded_response(router.admission)
+    try:
+        return await _admitted(request, router)
+    finally:
+        router.admission.leave()
+
+
+async def _admitted(request: web.Request, router: PDRouter) -> web.StreamResponse:
     t_arrive = time.monotonic()
     try:
         body = await request.json()
@@ -275,6 +317,11 @@ async def _route(request: web.Request, router: PDRouter, body: dict[str, Any], p
                 return _json_error(resp.status if resp.status >= 400 else 502,
                                    f"prefill instance {p_inst.name} answered HTTP {resp.status}: {text}", "prefill_failed")
             answer = json.loads(payload)
+    except TimeoutError as exc:
+        router.counts["prefill_timeouts"] += 1
+        entry["status"] = "timeout"
+        return _json_error(504, f"prefill instance {p_inst.name} ({p_inst.url}): {timeout_message(router.timeout, exc)}",
+                           "prefill_timeout")
     except _UPSTREAM_ERRORS as exc:
         router.counts["prefill_errors"] += 1
         entry["status"] = "failed"
@@ -327,6 +374,11 @@ async def _stream(request: web.Request, router: PDRouter, inst: Instance, body: 
     t0 = time.monotonic()
     try:
         upstream = await router.session.post(f"{inst.url}/v1/completions", json=body)
+    except TimeoutError as exc:
+        router.counts["decode_timeouts"] += 1
+        entry["status"] = "timeout"
+        return _json_error(504, f"instance {inst.name} ({inst.url}): {timeout_message(router.timeout, exc)}",
+                           "decode_timeout")
     except _UPSTREAM_ERRORS as exc:
         reason = _decode_failed(router, decode_index, entry,
                                 f"instance {inst.name} ({inst.url}) unreachable: {type(exc).__name__}: {exc}")
@@ -346,9 +398,15 @@ async def _stream(request: web.Request, router: PDRouter, inst: Instance, body: 
                 if not chunk and sse and upstream.status == 200 and _SSE_DONE not in tail:
                     raise ConnectionError("the event stream ended before its closing event")
             except _UPSTREAM_ERRORS as exc:
-                reason = _decode_failed(router, decode_index, entry,
-                                        f"instance {inst.name} broke the stream: {type(exc).__name__}: {exc}")
-                message = json.dumps({"error": {"message": reason, "type": "decode_failed"}})
+                if isinstance(exc, TimeoutError):  # slow, not dead: counted, the instance stays up
+                    router.counts["decode_timeouts"] += 1
+                    entry["status"] = "timeout"
+                    reason, kind = f"instance {inst.name}: {timeout_message(router.timeout, exc)}", "decode_timeout"
+                else:
+                    reason = _decode_failed(router, decode_index, entry,
+                                            f"instance {inst.name} broke the stream: {type(exc).__name__}: {exc}")
+                    kind = "decode_failed"
+                message = json.dumps({"error": {"message": reason, "type": kind}})
                 with contextlib.suppress(ConnectionError):
                     await resp.write(f"data: {message}\n\n".encode())
                 if request.transport is not None:
@@ -403,9 +461,10 @@ def create_app(router: PDRouter) -> web.Application:
     app[ROUTER_KEY] = router
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        connector = aiohttp.TCPConnector(limit=4096, limit_per_host=0, keepalive_timeout=4.0)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False) as session:
+        # each admitted request holds at most one upstream connection at a time
+        connector = aiohttp.TCPConnector(limit=router.cfg.max_pending or DEFAULT_MAX_PENDING, limit_per_host=0,
+                                         keepalive_timeout=4.0)
+        async with aiohttp.ClientSession(connector=connector, timeout=router.timeout, trust_env=False) as session:
             router.session = session
             prober = asyncio.create_task(router.probe_decodes())
             yield

@@ -33,7 +33,7 @@ async def _serve(cfg: RouterConfig, port: int, stats_out: Optional[Path]) -> Non
         pool = PoolIndex(cfg.pool_master, cfg.pool_key_prefix, cfg.block_size, cfg.pool_protocol)
     events, hasher = None, None
     if cfg.kv_events_port and cfg.local_cache:
-        events = KVEventIndex([p.name for p in cfg.prefill])
+        events = KVEventIndex([p.name for p in cfg.prefill], cfg.event_index_capacity())
         events.start(cfg.kv_events_port)
         hasher = pool.hasher if pool is not None else VllmBlockHasher(cfg.block_size)
     router = PDRouter(cfg, pool, events, hasher)

@@ -12,9 +12,13 @@ For ``POST /v1/completions`` and ``POST /v1/chat/completions`` the router
 5. in every case (normal end, backend error, client disconnect, cancellation) ends the request in the
    state, which decrements the outstanding count and calls the policy's ``on_finished``.
 
+Overload (:mod:`systems.router.admission`): a request beyond the router's ``max_pending`` is answered
+``429`` (JSON error type ``overloaded``) before its body is read.
+
 Failure behaviour: a backend that cannot be reached (or drops the connection before answering; one retry
-for a stale keep-alive connection) gives ``502`` with a JSON error naming it. A backend that breaks the
-stream after the response started makes the router abort the client connection, so the client sees a
+for a stale keep-alive connection) gives ``502`` with a JSON error naming it; one that does not answer
+within the connect or total upstream timeout gives ``504`` (JSON error type ``upstream_timeout``). A backend that breaks the
+stream (or runs past the total timeout) after the response started makes the router abort the client connection, so the client sees a
 truncated response rather than a clean end. A client that disconnects makes the router close the
 backend connection, so the engine can abort the request.
 """
@@ -28,11 +32,13 @@ import aiohttp
 from aiohttp import web
 
 from systems.policies import RouteRequest
+from systems.router.admission import overloaded_response, timeout_message
 from systems.router.metrics import render_metrics
 from systems.router.prompt import route_request_from_body
 from systems.router.state import Backend, RouterState
 
-__all__ = ["SESSION_KEY", "STATE_KEY", "handle_generate", "handle_health", "handle_metrics", "handle_models"]
+__all__ = ["SESSION_KEY", "STATE_KEY", "handle_generate", "handle_health", "handle_metrics", "handle_models",
+           "handle_stats"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +57,12 @@ def _json_error(status: int, message: str, kind: str, backend: Backend | None = 
         error["backend"] = backend.name
         headers["x-instance"] = backend.name
     return web.json_response({"error": error}, status=status, headers=headers)
+
+
+def _gateway_timeout(backend: Backend, session: aiohttp.ClientSession, exc: BaseException) -> web.Response:
+    message = f"backend {backend.name!r} ({backend.url}): {timeout_message(session.timeout, exc)}"
+    logger.warning("%s", message)
+    return _json_error(504, message, "upstream_timeout", backend)
 
 
 def _bad_gateway(backend: Backend, exc: BaseException) -> web.Response:
@@ -72,17 +84,22 @@ async def _open_upstream(
 async def handle_generate(request: web.Request) -> web.StreamResponse:
     """Route one generation request and stream the backend's answer back."""
     state = request.app[STATE_KEY]
-    body = await request.read()
-    rid = state.next_request_id()
-    if state.policy.needs_prompt:
-        req = route_request_from_body(body, rid, state.block_size)
-    else:  # the policy only looks at load: skip parsing and hashing the prompt
-        req = RouteRequest(rid, (), 0)
-    index = state.begin(req)
+    if not state.admission.try_enter():
+        return overloaded_response(state.admission)
     try:
-        return await _forward(request, state, index, body)
+        body = await request.read()
+        rid = state.next_request_id()
+        if state.policy.needs_prompt:
+            req = route_request_from_body(body, rid, state.block_size)
+        else:  # the policy only looks at load: skip parsing and hashing the prompt
+            req = RouteRequest(rid, (), 0)
+        index = state.begin(req)
+        try:
+            return await _forward(request, state, index, body)
+        finally:
+            state.end(req, index)
     finally:
-        state.end(req, index)
+        state.admission.leave()
 
 
 async def _forward(request: web.Request, state: RouterState, index: int, body: bytes) -> web.StreamResponse:
@@ -90,10 +107,12 @@ async def _forward(request: web.Request, state: RouterState, index: int, body: b
     in_headers = request.headers
     headers = {h: in_headers[h] for h in _FORWARD_REQUEST_HEADERS if h in in_headers}
     headers.setdefault("Content-Type", "application/json")
+    session = request.app[SESSION_KEY]
     try:
-        upstream = await _open_upstream(
-            request.app[SESSION_KEY], backend.url + request.rel_url.path_qs, body, headers
-        )
+        upstream = await _open_upstream(session, backend.url + request.rel_url.path_qs, body, headers)
+    except TimeoutError as exc:  # connect or total timeout (aiohttp's timeout errors are TimeoutErrors)
+        state.upstream_timeouts[index] += 1
+        return _gateway_timeout(backend, session, exc)
     except _UPSTREAM_ERRORS as exc:
         state.backend_errors[index] += 1
         return _bad_gateway(backend, exc)
@@ -113,6 +132,12 @@ async def _forward(request: web.Request, state: RouterState, index: int, body: b
         while True:
             try:
                 chunk = await content.readany()
+            except TimeoutError as exc:
+                state.upstream_timeouts[index] += 1
+                logger.warning("backend %r: %s; the client connection is cut", backend.name,
+                               timeout_message(session.timeout, exc))
+                _abort_client(request)
+                return resp
             except _UPSTREAM_ERRORS as exc:
                 state.backend_errors[index] += 1
                 logger.warning("backend %r broke the stream: %s: %s", backend.name, type(exc).__name__, exc)
@@ -164,6 +189,19 @@ async def handle_health(request: web.Request) -> web.Response:
     """``GET /health``: 200 while the router runs (it does not probe the backends)."""
     state = request.app[STATE_KEY]
     return web.json_response({"status": "ok", "policy": state.policy.name, "backends": len(state.backends)})
+
+
+async def handle_stats(request: web.Request) -> web.Response:
+    """``GET /stats``: admission (overload) counters and per-backend counters as JSON."""
+    state = request.app[STATE_KEY]
+    per_backend = {
+        b.name: {"routed": state.routed[i], "outstanding": state.outstanding[i],
+                 "backend_errors": state.backend_errors[i], "upstream_timeouts": state.upstream_timeouts[i],
+                 "client_disconnects": state.client_disconnects[i]}
+        for i, b in enumerate(state.backends)
+    }
+    return web.json_response({"policy": state.policy.name, "admission": state.admission.stats(),
+                              "backends": per_backend})
 
 
 async def handle_metrics(request: web.Request) -> web.Response:

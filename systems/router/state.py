@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from systems.policies import InstanceLoad, RouteRequest, RoutingPolicy
+from systems.router.admission import DEFAULT_MAX_PENDING, Admission
 
 __all__ = ["Backend", "RouterState", "parse_backend", "to_backends"]
 
@@ -61,7 +62,8 @@ def to_backends(backends: Iterable[Backend | str] | Mapping[str, str]) -> tuple[
 class RouterState:
     """Backends, per-backend counters and the routing policy of one router."""
 
-    def __init__(self, backends: Sequence[Backend], policy: RoutingPolicy, block_size: int) -> None:
+    def __init__(self, backends: Sequence[Backend], policy: RoutingPolicy, block_size: int,
+                 max_pending: int = DEFAULT_MAX_PENDING) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
         self.backends = tuple(backends)
@@ -72,6 +74,8 @@ class RouterState:
         self.routed = [0] * n  # requests routed (total)
         self.backend_errors = [0] * n  # unreachable backend or stream broken by the backend
         self.client_disconnects = [0] * n  # client went away before the stream ended
+        self.upstream_timeouts = [0] * n  # the backend did not answer within the connect or total timeout
+        self.admission = Admission(max_pending)  # the bound on requests held at once (429 beyond it)
         self._next_id = 0
 
     def next_request_id(self) -> int:

@@ -104,7 +104,7 @@ def served(tiny_model, tmp_path_factory) -> Iterator[SimpleNamespace]:
     run_dir = tmp_path_factory.mktemp("vllm_run")
     spec = VllmServerSpec(name="colo0", model_path=str(tiny_model), served_model_name=MODEL, port=free_port(),
                           device="cpu", max_model_len=4096, max_num_seqs=8, cpu_kvcache_space_gib=1,
-                          cpu_omp_threads_bind="0")
+                          cpu_omp_threads_bind="0", dev_mode=True)  # the tests reset the prefix cache
     stack = contextlib.ExitStack()
     t0 = time.monotonic()
     (server,) = stack.enter_context(launch_vllm_servers([spec], run_dir, timeout_s=START_TIMEOUT_S))

@@ -65,7 +65,7 @@ def test_cpu_env_keeps_everything_in_the_run_folder(tmp_path):
     assert env["PATH"] == "/usr/bin" and env["FOO"] == "bar"
     assert env["VLLM_TARGET_DEVICE"] == "cpu"
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and env["VLLM_CPU_OMP_THREADS_BIND"] == "0"
-    assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert "VLLM_SERVER_DEV_MODE" not in env  # development endpoints only when asked for
     assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
     assert env["VLLM_HOST_IP"] == "127.0.0.1"
     for key in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "TMPDIR", "HF_HOME",
@@ -73,6 +73,19 @@ def test_cpu_env_keeps_everything_in_the_run_folder(tmp_path):
         assert Path(env[key]).is_relative_to(root), key
     rpc = Path(env["VLLM_RPC_BASE_PATH"])
     assert len(str(rpc)) + 37 < 107  # room for vLLM's "/<uuid4>" socket names
+
+
+def test_dev_mode_only_when_asked_for(tmp_path):
+    inherited = {"PATH": "/usr/bin", "VLLM_SERVER_DEV_MODE": "1"}
+    assert server_env(cpu_spec(dev_mode=True), tmp_path, base_env={})["VLLM_SERVER_DEV_MODE"] == "1"
+    assert "VLLM_SERVER_DEV_MODE" not in server_env(cpu_spec(), tmp_path, base_env={})
+    assert "VLLM_SERVER_DEV_MODE" not in server_env(cpu_spec(), tmp_path, base_env=inherited)
+
+
+def test_reset_prefix_cache_refuses_without_dev_mode():
+    server = VllmServer(cpu_spec())
+    with pytest.raises(RuntimeError, match="dev_mode=True"):
+        server.reset_prefix_cache()
 
 
 def test_gpu_env_has_no_cpu_settings(tmp_path):

@@ -358,6 +358,57 @@ def test_stats_endpoint(tmp_path):
     run(go())
 
 
+def test_requests_beyond_max_pending_get_429_overloaded(tmp_path):
+    async def go() -> None:
+        gate = asyncio.Event()
+        async with cluster(tmp_path, prefill_gate=gate, max_pending=1) as c:
+            first = asyncio.create_task(c.client.post("/v1/completions", json=request_body()))
+            await asyncio.wait_for(c.prefills[0].arrived.wait(), 10)  # held at the prefill: 1 pending
+            resp = await c.client.post("/v1/completions", json=request_body())
+            assert resp.status == 429 and resp.headers["Retry-After"] == "1"
+            error = (await resp.json())["error"]
+            assert error["type"] == "overloaded" and "max_pending" in error["message"]
+            gate.set()
+            ok = await first
+            assert ok.status == 200 and await ok.text() == c.decodes["d0"].expected()
+            stats = await (await c.client.get("/stats")).json()
+            assert stats["admission"] == {"max_pending": 1, "pending": 0, "peak_pending": 1, "rejected_overload": 1}
+            assert len(c.prefills[0].bodies) == 1  # the refused request never reached an instance
+            assert (await c.client.post("/v1/completions", json=request_body())).status == 200
+
+    run(go())
+
+
+def test_stalled_prefill_ends_with_504_after_the_total_timeout(tmp_path):
+    async def go() -> None:
+        gate = asyncio.Event()  # never set while the request runs: the prefill instance stalls
+        async with cluster(tmp_path, prefill_gate=gate, upstream_timeout_s=1.0) as c:
+            resp = await c.client.post("/v1/completions", json=request_body(), headers={"X-Request-Id": "9"})
+            assert resp.status == 504
+            error = (await resp.json())["error"]
+            assert error["type"] == "prefill_timeout" and "p0" in error["message"]
+            assert "total upstream timeout (1 s)" in error["message"]
+            assert c.router.counts["prefill_timeouts"] == 1 and c.router.admission.pending == 0
+            assert c.router.state.prefill[0].outstanding == 0
+        (entry,) = c.log()
+        assert entry["request_id"] == "9" and entry["status"] == "timeout"
+
+    run(go())
+
+
+def test_router_config_checks_overload_settings():
+    base = {"prefill": [{"name": "p0", "url": "http://127.0.0.1:1"}],
+            "decode": [{"name": "d0", "url": "http://127.0.0.1:2"}]}
+    cfg = RouterConfig.from_json(base)
+    assert cfg.max_pending == 4096 and cfg.upstream_timeout_s == 900.0 and cfg.connect_timeout_s == 10.0
+    assert cfg.event_index_capacity() == Estimates().local_capacity_tokens // cfg.block_size
+    assert RouterConfig.from_json({**base, "kv_events_capacity_blocks": 7}).event_index_capacity() == 7
+    with pytest.raises(ValueError, match="max_pending"):
+        RouterConfig.from_json({**base, "max_pending": -1})
+    with pytest.raises(ValueError, match="connect_timeout_s"):
+        RouterConfig.from_json({**base, "connect_timeout_s": 0})
+
+
 def test_overflow_goes_to_the_mixed_instance_while_prefills_are_busy(tmp_path):
     async def go() -> None:
         gate = asyncio.Event()

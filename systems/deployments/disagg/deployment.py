@@ -221,9 +221,11 @@ class DisaggVllmDeployment(ProcessDeployment):
                 if role == "prefill" and self._local_cache():
                     extra_args += ("--kv-events-config", json.dumps(kv_events_config(self.kv_events_port, name)))
                     env[INT_HASHES_ENV] = "0"
+                prefix_caching = system.prefix_caching or role == "prefill" and self.has_pool
                 specs.append(VllmServerSpec(
                     name=name, model_path=str(model_path), served_model_name=self.cfg.model.name, port=self._port(),
-                    device=self.device, enable_prefix_caching=system.prefix_caching or role == "prefill" and self.has_pool,
+                    device=self.device, enable_prefix_caching=prefix_caching,
+                    dev_mode=engine.reset_prefix_cache and prefix_caching,  # /reset_prefix_cache between points
                     max_model_len=self.context_limit, max_num_seqs=engine.max_num_seqs,
                     cpu_kvcache_space_gib=role_cfg.cpu_kvcache_space_gib or engine.cpu_kvcache_space_gib,
                     cpu_omp_threads_bind=cores if (self.device == "cpu" and engine.pin_cores) else None,
