@@ -6,12 +6,16 @@ per deployment, all from ``study.csv``:
 3. goodput (requests/s meeting the SLO) next to the offered rate;
 4. prompt tokens served from a cache, split into the instance's own prefix cache and the cluster pool.
 
-Failed variants are drawn as a labelled gap, never as zero. Writes ``figures/disagg_comparison.png``
-and the CSV of exactly what it plots.
+Failed variants are drawn as a labelled gap, never as zero. Invalid variants (``valid`` false in
+``study.csv``: too short, behind schedule, tail not bounded... see ``docs/metrics.md``) are drawn greyed and
+hatched, with "INVALID: <first reason>" under their name and every reason in a note below the panels.
+Writes ``figures/disagg_comparison.png`` and the CSV of exactly what it plots (with ``valid``, the
+reasons and the tick ``label``).
 """
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -22,6 +26,26 @@ from figures.style import apply_theme, save_figure
 from harness.result_files import STUDY_FILE
 
 FIGURE_NAME = "disagg_comparison"
+INVALID = "INVALID"
+_LABEL_REASON_CHARS = 38  # first reason, cut to this length, under the variant's name
+
+
+def _is_valid(value: object) -> bool:
+    """``valid`` as written to ``study.csv`` (missing: valid, as tables written before validity was kept)."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return True
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "no")
+    return bool(value)
+
+
+def variant_label(variant: str, valid: bool, reasons: str) -> str:
+    """Tick label: the variant, and for an invalid one "INVALID: <first reason, shortened>" below it."""
+    if valid:
+        return variant
+    first = str(reasons or "no reason recorded").split("; ")[0]
+    short = first if len(first) <= _LABEL_REASON_CHARS else first[: _LABEL_REASON_CHARS - 3] + "..."
+    return f"{variant}\n{INVALID}: {short}"
 
 
 def comparison_table(job_dir: Path) -> pd.DataFrame:
@@ -36,12 +60,29 @@ def comparison_table(job_dir: Path) -> pd.DataFrame:
     rows = []
     for _, r in table.iterrows():
         ok = r.get("status", "ok") == "ok"
+        valid = ok and _is_valid(r.get("valid"))
+        reasons = r.get("validity_reasons") if "validity_reasons" in table else ""
+        reasons = "" if valid or reasons is None or pd.isna(reasons) else str(reasons)
+        if not ok and not reasons:
+            reasons = f"variant failed: {r.get('reason', '')}"
+        label = variant_label(str(r["variant"]), valid, reasons) if ok else str(r["variant"])
         for panel, measures in panels.items():
             for measure, column in measures.items():
                 value = r.get(column) if ok and column in table else float("nan")
-                rows.append({"variant": r["variant"], "status": r.get("status", "ok"), "panel": panel,
-                             "measure": measure, "value": float(value) if value is not None else float("nan")})
+                rows.append({"variant": r["variant"], "label": label, "status": r.get("status", "ok"),
+                             "valid": valid, "validity_reasons": reasons, "panel": panel, "measure": measure,
+                             "value": float(value) if value is not None else float("nan")})
     return pd.DataFrame(rows)
+
+
+def _mark_invalid(ax: plt.Axes, invalid_positions: set[int]) -> None:
+    """Grey out and hatch every bar drawn at an invalid variant's x position."""
+    for patch in ax.patches:
+        x = patch.get_x() + patch.get_width() / 2.0
+        if round(x) in invalid_positions:
+            patch.set_facecolor("lightgrey")
+            patch.set_edgecolor("dimgrey")
+            patch.set_hatch("//")
 
 
 def plot_disagg_comparison(job_dir: Path) -> list[Path]:
@@ -53,6 +94,9 @@ def plot_disagg_comparison(job_dir: Path) -> list[Path]:
     apply_theme()
     panels = list(dict.fromkeys(data["panel"]))
     order = list(dict.fromkeys(data["variant"]))
+    labels = dict(zip(data["variant"], data["label"], strict=True))
+    invalid = data[(data["status"] == "ok") & ~data["valid"].astype(bool)]
+    invalid_positions = {order.index(v) for v in invalid["variant"].unique()}
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8))
     for ax, panel in zip(axes, panels, strict=True):
         part = data[data["panel"] == panel]
@@ -68,10 +112,19 @@ def plot_disagg_comparison(job_dir: Path) -> list[Path]:
         failed = part[part["status"] != "ok"]["variant"].unique()
         for name in failed:
             ax.annotate("failed", (order.index(name), 0), ha="center", va="bottom", color="firebrick", fontsize=8)
+        _mark_invalid(ax, invalid_positions)
+        ax.set_xticks(range(len(order)))
+        ax.set_xticklabels([labels[v] for v in order], fontsize=7)
         ax.set_title(panel)
         ax.set_xlabel("")
         ax.set_ylabel(panel)
         ax.tick_params(axis="x", rotation=20)
-    fig.suptitle("Same workload, four deployments (real vLLM processes)")
+    title = "Same workload, four deployments (real vLLM processes)"
+    if invalid_positions:
+        title += f" -- {len(invalid_positions)} {INVALID} (hatched)"
+        notes = [f"{INVALID} {v}: {r}" for v, r in invalid.groupby("variant", sort=False)["validity_reasons"].first().items()]
+        fig.text(0.01, -0.02, "\n".join(textwrap.fill(n, 180) for n in notes), ha="left", va="top", fontsize=7,
+                 color="firebrick")
+    fig.suptitle(title)
     fig.tight_layout()
     return save_figure(fig, data, job_dir, FIGURE_NAME)

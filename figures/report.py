@@ -6,7 +6,11 @@ job's tables, and writes one markdown table: Claim | Paper's number | Setup | Ou
 gives the paper's setup, ours and each difference; our number carries a verdict on three levels
 (``matches`` / ``holds in direction`` / ``does not hold``, rules in :mod:`figures.claims.base`) or says
 how to run the experiment (``not run``). The header states the verdict rules and when and from which
-job folders (and git commits) the report was generated.
+job folders (and git commits) the report was generated. Every job's validity (``summary.json``'s
+``validity`` block, ``docs/metrics.md``) is shown: an invalid job is marked **INVALID** with its reasons in
+the job list, in every claim computed from it, and in the "Run validity" section, which also lists each
+variant of a real-process comparison (``job=compare``) with its numbers and, when invalid, its reasons.
+The report is written atomically.
 
     python -m figures.report [--results-dir results ...] [--out results/REPORT.md]
 """
@@ -22,15 +26,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Optional
 
+import pandas as pd
+
 from figures.claims import CLAIMS
 from figures.claims.base import DIRECTION, FAILS, MAGNITUDE_BAND, MATCHES, Claim, MissingData, Outcome
 from figures.study_tables import JobFolder, finished_jobs
-from harness.result_files import REPORT_FILE
+from figures.style import write_atomically
+from harness.records import block_reasons
+from harness.result_files import REPORT_FILE, STUDY_FILE
 
 log = logging.getLogger(__name__)
 
 NOT_RUN = "not run"
 LEVELS = (MATCHES, DIRECTION, FAILS, NOT_RUN)
+INVALID = "INVALID"
+# study.csv columns shown for each variant of a real-process comparison
+_COMPARE_COLUMNS = (("p90 TTFT ms", "p90_ttft_ms"), ("p90 TPOT ms", "p90_tpot_ms"), ("goodput req/s", "goodput_rps"))
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,73 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def validity_reasons(summary: dict) -> Optional[list[str]]:
+    """The reasons a job is invalid (its parts' reasons included), or None when it is valid or was not
+    assessed (no ``validity`` block)."""
+    block = summary.get("validity") or {}
+    if not block or block.get("valid", True) is not False:
+        return None
+    return block_reasons(block)
+
+
+def invalid_note(summary: dict) -> str:
+    """``**INVALID**: reason; reason`` for an invalid job, else ""."""
+    reasons = validity_reasons(summary)
+    return "" if reasons is None else f"**{INVALID}**: {'; '.join(reasons)}"
+
+
+def _number(value: object) -> str:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "-"
+    return "-" if number != number else f"{number:.3g}"
+
+
+def _compare_lines(job: JobFolder) -> list[str]:
+    """One table row per variant of a ``job=compare`` folder, invalid ones marked with their reasons."""
+    variants = (job.summary.get("validity") or {}).get("variants") or {}
+    file = job.path / STUDY_FILE
+    table = pd.read_csv(file) if file.is_file() else pd.DataFrame({"variant": list(variants)})
+    header = "| Variant | " + " | ".join(name for name, _ in _COMPARE_COLUMNS) + " | Validity |"
+    lines = ["", header, "|---" * (len(_COMPARE_COLUMNS) + 2) + "|"]
+    for _, row in table.iterrows():
+        name = str(row["variant"])
+        block = variants.get(name)
+        status = row.get("status", "ok")
+        if isinstance(status, str) and status != "ok":
+            verdict = f"**failed**: {row.get('reason', '')}"
+        elif block is not None:
+            reasons = block_reasons(block) if block.get("valid") is False else None
+            verdict = "valid" if reasons is None else f"**{INVALID}**: {'; '.join(reasons)}"
+        elif "valid" in table and str(row.get("valid")).lower() == "false":
+            verdict = f"**{INVALID}**: {row.get('validity_reasons', '') or 'no reason recorded'}"
+        else:
+            verdict = "not assessed"
+        cells = [_number(row.get(column)) for _, column in _COMPARE_COLUMNS]
+        lines.append(f"| {_cell(name)} | " + " | ".join(cells) + f" | {_cell(verdict)} |")
+    return lines
+
+
+def validity_section(jobs: dict[str, JobFolder]) -> list[str]:
+    """The "Run validity" section: every newest job, valid / INVALID (with reasons) / not assessed, and the
+    variants of every real-process comparison."""
+    lines = ["", "## Run validity", "",
+             "Each job's `validity` block (`docs/metrics.md`): minimum scheduled duration and requests, errors, "
+             "unfinished requests, issue lag, achieved against offered rate, and 95% order-statistic bounds of "
+             "p90/p99 TTFT and TPOT. Numbers of an INVALID job are not fit to report.", ""]
+    for name in sorted(jobs):
+        job = jobs[name]
+        block = job.summary.get("validity") or {}
+        note = invalid_note(job.summary)
+        state = note or ("valid" if block else "not assessed (this job kind writes no validity block)")
+        lines.append(f"- `{name}` (`{job.path.name}`): {state}")
+        if job.summary.get("kind") == "compare" or "variants" in block:
+            lines += [f"  {line}" if line else "" for line in _compare_lines(job)]
+            lines.append("")
+    return lines
+
+
 def render(rows: Sequence[Row], jobs: dict[str, JobFolder], results_dirs: Sequence[Path],
            generated_at: datetime) -> str:
     """The markdown of the report."""
@@ -115,7 +193,9 @@ def render(rows: Sequence[Row], jobs: dict[str, JobFolder], results_dirs: Sequen
             continue
         s = job.summary
         sha = str(s.get("git_sha") or "unknown")[:12] + (" (dirty)" if s.get("git_dirty") else "")
-        lines.append(f"- `{name}`: `{job.path}` (git {sha}, finished {s.get('finished_at', '?')})")
+        note = invalid_note(s)
+        lines.append(f"- `{name}`: `{job.path}` (git {sha}, finished {s.get('finished_at', '?')})"
+                     + (f" -- {note}" if note else ""))
     shas = sorted({str(j.summary.get("git_sha"))[:12] for n, j in jobs.items() if n in experiments})
     lines += [
         "",
@@ -128,8 +208,13 @@ def render(rows: Sequence[Row], jobs: dict[str, JobFolder], results_dirs: Sequen
     ]
     for row in rows:
         claim = f"**{row.claim.paper}**: {row.claim.claim}"
+        ours = row.ours
+        note = invalid_note(row.job.summary) if row.job is not None else ""
+        if note:
+            ours = f"{note.replace(INVALID, INVALID + ' job', 1)}. {ours}"
         lines.append(f"| {_cell(claim)} | {_cell(row.claim.paper_number)} | {_cell(str(row.claim.setup))} "
-                     f"| {_cell(row.ours)} |")
+                     f"| {_cell(ours)} |")
+    lines += validity_section(jobs)
     return "\n".join(lines) + "\n"
 
 
@@ -141,7 +226,7 @@ def write_report(results_dirs: Sequence[Path], out: Path, claims: Sequence[Claim
     text = render(rows, jobs, list(results_dirs), now or datetime.now(UTC))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+    write_atomically(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return out, rows
 
 

@@ -1,21 +1,36 @@
 """``python -m harness``: the Hydra entry point (composition root of every run).
 
 A :class:`~harness.errors.UserError` (bad config, missing or malformed file, a deployment that cannot
-start) is printed as one line naming the file, line or key, with exit status 2 and no traceback; the
-job folder keeps its ``summary.json`` with ``status: failed`` and the reason. Anything else is a bug and
-keeps its traceback.
+start, a job folder that already holds results without ``overwrite=true``) is printed as one line
+naming the file, line or key, with exit status 2 and no traceback; the job folder keeps its
+``summary.json`` with ``status: failed`` and the reason (a refused folder is left untouched). SIGTERM or
+SIGHUP during a job leaves ``status: failed`` with ``terminated by SIGTERM`` and exits with 128 + the
+signal number (143 for SIGTERM), as a shell reports a process the signal ended. Anything else is a bug
+and keeps its traceback. Messages and every log record (console, ``harness.log``, Hydra's own) are
+redacted of secrets (:mod:`harness.redaction`), installed here before Hydra sets up logging.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import hydra
 from omegaconf import DictConfig
 
-from harness.app import context_from_hydra, run_job
+from harness.app import context_from_hydra, run_job, signal_name
 from harness.config import register_configs
 from harness.errors import UserError
+from harness.redaction import install_log_redaction, redact_text
+from systems.launch.processes import Terminated
+
+
+def exit_status(exc: Terminated) -> int:
+    """128 + the number of the signal that ended the job (143 for SIGTERM, 129 for SIGHUP)."""
+    try:
+        return 128 + int(signal.Signals[signal_name(exc)])
+    except KeyError:
+        return 128 + int(signal.SIGTERM)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -23,10 +38,14 @@ def main(cfg: DictConfig) -> None:
     try:
         run_job(cfg, context_from_hydra(cfg))
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(redact_text(f"error: {exc}"), file=sys.stderr)
         sys.exit(2)
+    except Terminated as exc:
+        print(f"error: terminated by {signal_name(exc)}", file=sys.stderr)
+        sys.exit(exit_status(exc))
 
 
 if __name__ == "__main__":
+    install_log_redaction()
     register_configs()
     main()

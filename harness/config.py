@@ -6,8 +6,8 @@ the harness's own (SLO, validity, logger, studies, sweeps) are here or next to t
 composes YAML over these dataclasses, so an unknown key or a value of the wrong type is rejected during
 composition, naming the key. :func:`validate` then turns the composed tree into dataclass instances,
 which runs each dataclass's ``__post_init__`` checks, and checks the rules that span groups: the
-system's topology against the engine (:func:`systems.topology.check_deployment`) and the job's own
-requirements. Every failure is one :class:`~harness.errors.ConfigError` naming the key, before any work.
+system's topology against the engine (:func:`systems.topology.check_deployment`), the GPU budget on
+every engine (:func:`systems.gpu_budget.check_gpu_budget`) and the job's own requirements. Every failure is one :class:`~harness.errors.ConfigError` naming the key, before any work.
 """
 
 from __future__ import annotations
@@ -27,8 +27,15 @@ from harness.slo import SLOConfig
 from harness.validity import ValidityConfig
 from systems.config import CONF_DIR, HardwareConfig, ModelConfig, SystemConfig
 from systems.engine_config import ENGINE_SCHEMAS
+from systems.gpu_budget import check_gpu_budget
 from systems.topology import check_deployment
-from workloads.config import AzureTraceConfig, MooncakeTraceConfig, SharedPrefixConfig, ShareGPTLengthsConfig
+from workloads.config import (
+    RATE_RPS_RANGE,
+    AzureTraceConfig,
+    MooncakeTraceConfig,
+    SharedPrefixConfig,
+    ShareGPTLengthsConfig,
+)
 from workloads.load_point import RATE_ARRIVALS
 
 JOBS = ("serve", "cache_study", "workload", "sim_study", "compare")
@@ -87,9 +94,10 @@ class SweepConfig:
     rates_rps: list[float] = field(default_factory=list)  # empty: one point at the workload's own arrivals
 
     def __post_init__(self) -> None:
+        low, high = RATE_RPS_RANGE  # the range workload.arrival.rate_rps accepts
         for rate in self.rates_rps:
-            if rate <= 0:
-                raise ConfigError(f"sweep.rates_rps: rates must be > 0, got {rate}")
+            if not low <= rate <= high:  # also refuses nan
+                raise ConfigError(f"sweep.rates_rps: rates must be in [{low:g}, {high:g}] req/s, got {rate}")
 
 
 STUDIES = ("sim_sweep", "splitwise_provisioning", "placement_search")
@@ -136,6 +144,7 @@ class Config:
     experiment_name: str = "default"
     results_dir: str = "results"
     data_dir: Optional[str] = None
+    overwrite: bool = False  # true: replace the results already in the job folder (else the job refuses it)
     seed: int = 0
     system: SystemConfig = MISSING
     engine: Any = MISSING  # one of the engine schemas, chosen by the engine group
@@ -190,6 +199,7 @@ def check_unknown_keys(node: DictConfig, path: str = "") -> None:
 def check_config(config: Config) -> None:
     """The rules that span config groups: the deployment's topology on its engine, and what the job needs."""
     check_deployment(config.system, config.engine.name)
+    check_gpu_budget(config.system, config.engine, config.hardware)
     if config.job == "serve" and config.sweep.rates_rps:
         kind = config.workload.arrival.kind
         if kind not in RATE_ARRIVALS:

@@ -8,6 +8,7 @@ time origin (the first scheduled arrival is at or after 0). Missing times are ``
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -102,3 +103,17 @@ class RunSummary:
     workload: dict[str, Any] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # logical name -> path relative to the job folder
     schema_version: int = SUMMARY_SCHEMA_VERSION
+
+
+def block_reasons(block: Mapping[str, Any]) -> list[str]:
+    """Every reason of a validity block, including those of its points (``{"points": [...]}``) or parts."""
+    reasons = [str(r) for r in block.get("reasons", [])]
+    if reasons:
+        return reasons
+    points = block.get("points")
+    if isinstance(points, list):
+        for i, point in enumerate(points):
+            reasons += [f"point {i}: {r}" for r in block_reasons(point)]
+    if not reasons and block.get("valid") is False:
+        reasons.append("marked invalid (no reason recorded)")
+    return reasons

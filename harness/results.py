@@ -1,8 +1,9 @@
 """Run folders: atomic writes of config, tables, per-request records and ``summary.json``.
 
-Every file is written to a temporary name in the same folder and moved into place with
-``os.replace``, so a reader (or a crash) never sees a half-written file, and a ``summary.json`` only
-says ``ok`` once everything it points to exists.
+Every file is written to a temporary name in the same folder, flushed to disk (``fsync``) and moved
+into place with ``os.replace``, after which the folder itself is synced: a reader, a crash or a power
+loss never sees a half-written file, and a ``summary.json`` only says ``ok`` once everything it points to
+exists. ``summary.json`` is written with its secrets redacted (:mod:`harness.redaction`).
 """
 
 from __future__ import annotations
@@ -19,19 +20,33 @@ from typing import Any
 import pandas as pd
 
 from harness.records import RequestRecord, RequestStatus, RunSummary
+from harness.redaction import redact
 from harness.result_files import REQUESTS_FILE, SUMMARY_FILE
 
 _RECORD_FIELDS = [f.name for f in dataclasses.fields(RequestRecord)]
 
 
+def _fsync_path(path: Path) -> None:
+    """Flush a file's (or a folder's: its entries') data to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
+    """Write ``path`` through ``write(tmp)`` on a temporary name in the same folder: the temporary file is
+    fsynced, moved into place with ``os.replace``, and the folder is fsynced so the new name is durable."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         write(tmp)
+        _fsync_path(tmp)
         os.replace(tmp, path)
+        _fsync_path(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
     return path
@@ -111,7 +126,8 @@ class RunFolder:
         return self.write_table(REQUESTS_FILE, records_frame(records))
 
     def write_summary(self, summary: RunSummary) -> Path:
-        return self.write_json(SUMMARY_FILE, dataclasses.asdict(summary))
+        """Write ``summary.json`` with secrets redacted (overrides, choices, metrics, reason ...)."""
+        return self.write_json(SUMMARY_FILE, redact(dataclasses.asdict(summary)))
 
 
 def read_summary(folder: Path) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 metrics and validity per point.
 
 Points come from ``sweep.rates_rps`` (each overrides ``workload.arrival.rate_rps``) or, when that is
-empty, are the workload's own arrivals. All points' records go to one ``requests.parquet`` with a
+empty, are the workload's own arrivals. Every point's workload is built (and so validated) before the
+deployment is brought up, so that a bad trace fails in seconds instead of after a full server start; only
+the deployment-dependent preparation (context capping, predicted hit rate) happens once it is up. All points' records go to one ``requests.parquet`` with a
 ``point`` column; ``points.csv`` has one row of metrics per point. If a component dies, the records
 measured so far are still written, then the job fails.
 """
@@ -40,6 +42,15 @@ def point_workloads(cfg: Config) -> list[tuple[float | None, WorkloadConfig]]:
             for rate in cfg.sweep.rates_rps]
 
 
+PointRequests = list[tuple[float | None, WorkloadRequests]]
+
+
+def build_point_requests(cfg: Config) -> PointRequests:
+    """(rate or None, requests) of every measured point, built from the workload config (raises on a bad
+    workload: a missing trace, a malformed row, an impossible config)."""
+    return [(rate, build_workload(wcfg, data_dir=cfg.data_dir).requests()) for rate, wcfg in point_workloads(cfg)]
+
+
 def _prepare(requests: WorkloadRequests, deployment: Deployment, cfg: Config) -> tuple[WorkloadRequests, dict[str, Any]]:
     info: dict[str, Any] = {}
     limit = deployment.context_limit
@@ -60,9 +71,11 @@ def _point_frame(index: int, rate: float | None, result: EngineResult) -> pd.Dat
 
 
 def run_serve(cfg: Config, folder: RunFolder,
-              deployment_factory: Callable[[Any, RunFolder], Deployment] = open_deployment) -> JobResult:
-    """Run every point on one deployment and summarise each."""
-    points = point_workloads(cfg)
+              deployment_factory: Callable[[Any, RunFolder], Deployment] = open_deployment,
+              point_requests: PointRequests | None = None) -> JobResult:
+    """Run every point on one deployment and summarise each. ``point_requests`` (from
+    :func:`build_point_requests`) are built here, before the deployment, when not given."""
+    points = build_point_requests(cfg) if point_requests is None else point_requests
     frames: list[pd.DataFrame] = []
     rows: list[dict[str, Any]] = []
     validities: list[dict[str, Any]] = []
@@ -70,19 +83,19 @@ def run_serve(cfg: Config, folder: RunFolder,
     last_records: tuple = ()
     with deployment_factory(cfg, folder) as deployment:
         try:
-            for index, (rate, wcfg) in enumerate(points):
-                requests = build_workload(wcfg, data_dir=cfg.data_dir).requests()
-                requests, prep = _prepare(requests, deployment, cfg)
+            for index, (rate, built) in enumerate(points):
+                requests, prep = _prepare(built, deployment, cfg)
                 label = f"point {index + 1}/{len(points)}" + (f" at {rate:g} req/s" if rate else "")
                 log.info("%s: %d requests, offered %.3f req/s", label, len(requests.specs),
                          requests.schedule.offered_rate_rps)
                 result = deployment.run_point(requests, folder)
                 frames.append(_point_frame(index, rate, result))
                 metrics = summarize(result.records, cfg.slo, n_gpus=result.n_gpus)
-                validity = assess_validity(result.records, metrics, cfg.validity, result.invalid_reasons)
+                validity = assess_validity(result.records, metrics, cfg.validity, result.invalid_reasons,
+                                           offered_rate_rps=requests.schedule.offered_rate_rps)
                 row = {"point": index, "rate_rps": rate, "offered_rate_rps": requests.schedule.offered_rate_rps,
                        **prep, **{f"engine_{k}": v for k, v in result.info.items()}, **metrics,
-                       "valid": validity["valid"]}
+                       "valid": validity["valid"], "validity_reasons": "; ".join(validity["reasons"])}
                 rows.append(row)
                 validities.append(validity)
                 workload_stats = {**requests.stats, **prep, "offered_rate_rps": requests.schedule.offered_rate_rps}
@@ -99,7 +112,9 @@ def run_serve(cfg: Config, folder: RunFolder,
         tables = {"requests": request_frame(last_records)}
     else:
         metrics_out = {"points": rows}
-        validity_out = {"valid": all(v["valid"] for v in validities), "points": validities}
+        validity_out = {"valid": all(v["valid"] for v in validities),
+                        "reasons": [f"point {i}: {r}" for i, v in enumerate(validities) for r in v["reasons"]],
+                        "points": validities}
         tables = {"points": points_frame}
     return JobResult(metrics=metrics_out, validity=validity_out, workload=workload_stats,
                      files={"requests": REQUESTS_FILE, "points": POINTS_FILE}, tables=tables)

@@ -31,7 +31,8 @@ class SystemConfig:
     decode_instances: int = 0
     mixed_instances: int = 0  # Splitwise's mixed pool: instances that run both phases and take overflow
     router: str = "round_robin"  # routing policy (systems/topology.py lists the names each system takes)
-    gpu_budget: Optional[int] = None  # GPUs the deployment may use (checked by the simulator and engine=sglang); None: unlimited
+    gpu_budget: Optional[int] = None  # GPUs (CPU hosts: instances) the deployment may use, checked for every engine
+    #                                   with the config (systems/gpu_budget.py says how each engine counts); None: unlimited
     prefix_caching: bool = True
 
     def __post_init__(self) -> None:
@@ -40,6 +41,8 @@ class SystemConfig:
         for role in ROLES:
             if self.count(role) < 0:
                 raise ConfigError(f"system.{role}_instances: must be >= 0, got {self.count(role)}")
+        if self.gpu_budget is not None and self.gpu_budget < 1:
+            raise ConfigError(f"system.gpu_budget: must be >= 1 or null (no limit), got {self.gpu_budget}")
 
     def count(self, role: str) -> int:
         """Instances of ``role`` (``colocated``, ``prefill``, ``decode`` or ``mixed``)."""

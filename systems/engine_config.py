@@ -8,6 +8,7 @@ which systems and routers an engine runs is :mod:`systems.topology`'s business.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -23,6 +24,7 @@ from systems.topology import ENGINES
 
 DEVICES = ("auto", "cpu", "gpu")
 MIXED_POOLS = ("dedicated", "dynamic")  # engine.mixed_pool of engine=sim
+MIN_SAMPLE_INTERVAL_S = 1e-3  # engine.sample_interval_s: load samples at most every millisecond of simulated time
 
 
 LISTENER_FLAGS = ("--host", "--port")
@@ -171,7 +173,10 @@ class SimEngineConfig(EngineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._check_positive("max_num_batched_tokens", "max_num_seqs", "sample_interval_s")
+        self._check_positive("max_num_batched_tokens", "max_num_seqs")
+        if not MIN_SAMPLE_INTERVAL_S <= self.sample_interval_s < math.inf:  # also refuses nan
+            raise ConfigError(f"engine.sample_interval_s: must be a finite number >= {MIN_SAMPLE_INTERVAL_S:g} "
+                              f"(simulated seconds between load samples), got {self.sample_interval_s}")
         self._check_fraction("gpu_memory_utilization")
         self._check_scheduling(self.rejection, self.kvcache_balancing_threshold)
         self._check_peer_timing()

@@ -76,7 +76,13 @@ def arrival_times(n: int, cfg: ArrivalConfig, trace_times_s: Optional[np.ndarray
         times = np.asarray(trace_times_s, dtype=np.float64)
         if times.shape != (n,):
             raise ValueError(f"trace_times_s has shape {times.shape}, expected ({n},)")
-        return times * float(cfg.time_scale)
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = times * float(cfg.time_scale)
+        if not np.isfinite(scaled).all():
+            raise WorkloadConfigError(
+                f"workload.arrival.time_scale: {cfg.time_scale!r} times the trace's timestamps (up to "
+                f"{float(np.max(np.abs(times[np.isfinite(times)]), initial=0.0)):g} s) is not a finite time; use a smaller time_scale")
+        return scaled
     if cfg.kind == "closed_loop" or n == 0:
         return np.zeros(n, dtype=np.float64)
     times = np.zeros(n, dtype=np.float64)

@@ -2,8 +2,9 @@
 
 Timestamps such as ``2023-11-16 18:17:03.9799600`` are parsed exactly into integer 100-ns ticks since
 0001-01-01 (the .NET ``DateTime.Ticks`` the files were written from), without floats on the way; arrival
-= (ticks - first ticks) / 1e7 seconds. The traces carry no prefix information, so every request gets its
-own hash ids (``ceil(ContextTokens / block_size)`` of them, never shared).
+= (ticks - first ticks) / 1e7 seconds. Digits are ASCII digits; token counts are integers in
+``[1, MAX_REQUEST_TOKENS]``. The traces carry no prefix information, so every request gets its own hash ids
+(``ceil(ContextTokens / block_size)`` of them, never shared).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Optional
 
 from harness.records import RequestSpec
 from workloads.base import LoadedRequests, Workload
-from workloads.config import AzureTraceConfig
+from workloads.config import MAX_REQUEST_TOKENS, AzureTraceConfig
 from workloads.datadir import resolve_trace_path
 from workloads.errors import TraceFormatError, not_utf8_error
 
@@ -24,8 +25,8 @@ logger = logging.getLogger(__name__)
 
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
 TICKS_PER_SECOND = 10**7
-_TIMESTAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{0,7}))?")
-_COUNT = re.compile(r"\d+")
+_TIMESTAMP = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{0,7}))?")
+_COUNT = re.compile(r"[0-9]{1,15}")  # longer: out of range anyway (and never parsed)
 
 
 def parse_timestamp_ticks(text: str) -> int:
@@ -51,8 +52,10 @@ def parse_timestamp_ticks(text: str) -> int:
 
 
 def _count(path: Path, line_no: int, name: str, text: str) -> int:
-    if _COUNT.fullmatch(text) is None or int(text) < 1:
-        raise TraceFormatError(str(path), line_no, name, f"got {text!r}, expected an integer >= 1")
+    if _COUNT.fullmatch(text) is None or not 1 <= int(text) <= MAX_REQUEST_TOKENS:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise TraceFormatError(str(path), line_no, name,
+                               f"got {shown!r}, expected an integer in [1, {MAX_REQUEST_TOKENS}]")
     return int(text)
 
 

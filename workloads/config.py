@@ -19,6 +19,16 @@ from omegaconf import MISSING
 from workloads.errors import WorkloadConfigError
 
 ARRIVAL_KINDS = ("trace", "poisson", "gamma", "closed_loop")
+# Accepted ranges of the arrival process's numbers. Outside them a schedule is absurd (a trace replayed
+# 1e308 times slower has arrival times of inf; a rate of 1e-300 req/s puts the second request beyond the
+# age of the universe), and the run would never end rather than fail.
+RATE_RPS_RANGE = (1e-4, 1e7)  # requests per second (one per 2.8 hours .. ten million per second)
+TIME_SCALE_RANGE = (1e-6, 1e4)  # trace replay: 1e6 times faster .. 1e4 times slower
+CV_RANGE = (1e-3, 1e2)  # gamma coefficient of variation
+# Token counts of one request (prompt or output), in traces and in configs: beyond any model's context. A
+# larger count is a corrupt value, and would make the loaders build millions of hash ids for one request.
+MAX_REQUEST_TOKENS = 10**7
+MAX_GENERATED_REQUESTS = 10**7  # shared_prefix: num_groups x prompts_per_group x turns
 WORKLOAD_KINDS = ("mooncake_trace", "azure_trace", "shared_prefix", "sharegpt_lengths")
 
 
@@ -34,11 +44,14 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _check_int(key: str, value: Any, minimum: int) -> None:
+def _check_int(key: str, value: Any, minimum: int, maximum: Optional[int] = None) -> None:
     if _is_missing(value):
         return
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        _fail(key, f"must be an integer >= {minimum}, got {value!r}")
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        _fail(key, f"must be an integer {bound}, got {value!r}")
+    if maximum is not None and value > maximum:
+        _fail(key, f"must be an integer in [{minimum}, {maximum}], got {value!r}")
 
 
 def _check_positive(key: str, value: Any) -> None:
@@ -46,6 +59,15 @@ def _check_positive(key: str, value: Any) -> None:
         return
     if not _is_number(value) or value <= 0:
         _fail(key, f"must be a finite number > 0, got {value!r}")
+
+
+def _check_range(key: str, value: Any, bounds: tuple[float, float]) -> None:
+    """``value`` is a finite number within ``bounds`` (inclusive)."""
+    if _is_missing(value):
+        return
+    low, high = bounds
+    if not _is_number(value) or not low <= value <= high:
+        _fail(key, f"must be a finite number in [{low:g}, {high:g}], got {value!r}")
 
 
 def missing_keys(cfg: Any, prefix: str = "workload") -> list[str]:
@@ -85,11 +107,11 @@ class ArrivalConfig:
                     "arrival.rate_rps",
                     f"required when arrival.kind={self.kind} (e.g. workload.arrival.rate_rps=2.0)",
                 )
-            _check_positive("arrival.rate_rps", self.rate_rps)
+            _check_range("arrival.rate_rps", self.rate_rps, RATE_RPS_RANGE)
         elif self.rate_rps is not None:
-            _check_positive("arrival.rate_rps", self.rate_rps)
-        _check_positive("arrival.cv", self.cv)
-        _check_positive("arrival.time_scale", self.time_scale)
+            _check_range("arrival.rate_rps", self.rate_rps, RATE_RPS_RANGE)
+        _check_range("arrival.cv", self.cv, CV_RANGE)
+        _check_range("arrival.time_scale", self.time_scale, TIME_SCALE_RANGE)
         if self.kind == "closed_loop" and self.concurrency is None:
             _fail(
                 "arrival.concurrency",
@@ -136,7 +158,7 @@ class WorkloadConfig:
         if self.max_requests is not None:
             _check_int("max_requests", self.max_requests, 1)
         if self.block_tokens is not None:
-            _check_int("block_tokens", self.block_tokens, 1)
+            _check_int("block_tokens", self.block_tokens, 1, MAX_REQUEST_TOKENS)
 
 
 @dataclass
@@ -152,9 +174,9 @@ class TraceFileConfig(WorkloadConfig):
         super().__post_init__()
         if not _is_missing(self.file) and (not isinstance(self.file, str) or not self.file):
             _fail("file", f"must be a non-empty path, got {self.file!r}")
-        _check_int("block_size", self.block_size, 1)
+        _check_int("block_size", self.block_size, 1, MAX_REQUEST_TOKENS)
         if self.output_length is not None:
-            _check_int("output_length", self.output_length, 1)
+            _check_int("output_length", self.output_length, 1, MAX_REQUEST_TOKENS)
 
 
 @dataclass
@@ -221,12 +243,24 @@ class SharedPrefixConfig(WorkloadConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for key in ("num_groups", "prompts_per_group", "turns", "block_size", "question_len", "output_len"):
-            _check_int(key, getattr(self, key), 1)
-        _check_int("shared_prefix_len", self.shared_prefix_len, 0)
+        for key in ("num_groups", "prompts_per_group", "turns"):
+            _check_int(key, getattr(self, key), 1, MAX_GENERATED_REQUESTS)
+        for key in ("block_size", "question_len", "output_len"):
+            _check_int(key, getattr(self, key), 1, MAX_REQUEST_TOKENS)
+        _check_int("shared_prefix_len", self.shared_prefix_len, 0, MAX_REQUEST_TOKENS)
         _check_int("seed", self.seed, 0)
         if self.max_input_len is not None:
             _check_int("max_input_len", self.max_input_len, 1)
+        counts = (self.num_groups, self.prompts_per_group, self.turns)
+        if not any(_is_missing(c) for c in counts) and math.prod(counts) > MAX_GENERATED_REQUESTS:
+            _fail("num_groups", f"num_groups x prompts_per_group x turns = {math.prod(counts)} requests, more than "
+                  f"{MAX_GENERATED_REQUESTS}")
+        if not _is_missing(self.turns) and not any(_is_missing(getattr(self, k)) for k in
+                                                   ("shared_prefix_len", "question_len", "output_len")):
+            longest = self.shared_prefix_len + (self.turns - 1) * (self.question_len + self.output_len) + self.question_len
+            if longest > MAX_REQUEST_TOKENS:
+                _fail("turns", f"the last turn's prompt would be {longest} tokens (shared_prefix_len + (turns - 1) x "
+                      f"(question_len + output_len) + question_len), more than {MAX_REQUEST_TOKENS}")
         if not _is_missing(self.zipf_alpha) and (not _is_number(self.zipf_alpha) or self.zipf_alpha < 0):
             _fail("zipf_alpha", f"must be a finite number >= 0, got {self.zipf_alpha!r}")
         # Lengths that become prompt content must fill whole blocks. The answer is prompt content only

@@ -1,4 +1,10 @@
-"""Locating trace files: the data-directory search and where each known trace is published upstream."""
+"""Locating trace files: the data-directory search and where each known trace is published upstream.
+
+An explicit data directory (``data_dir`` in the config, not null) is the only place searched: a file
+missing there is an error, never silently taken from another directory. Without one, the default search
+is ``$DATA_DIR``, ``./data``, ``../shared/traces`` (from the current directory) and the ``shared/traces``
+folder beside the repository. An absolute ``file`` is used as it is.
+"""
 
 from __future__ import annotations
 
@@ -52,12 +58,12 @@ UPSTREAM_SOURCES: MappingProxyType[str, UpstreamSource] = MappingProxyType(
 def search_dirs(data_dir: Optional[str] = None) -> list[Path]:
     """Directories searched for a relative trace path, in order, without duplicates.
 
-    ``data_dir`` (explicit), ``$DATA_DIR``, ``./data``, ``./../shared/traces`` (relative to the current
-    directory), then ``<repo root>/../shared/traces``.
+    ``data_dir`` given (not None or empty): that directory alone. Otherwise ``$DATA_DIR``, ``./data``,
+    ``./../shared/traces`` (relative to the current directory), then ``<repo root>/../shared/traces``.
     """
-    candidates: list[Path] = []
     if data_dir:
-        candidates.append(Path(data_dir).expanduser())
+        return [Path(data_dir).expanduser()]
+    candidates: list[Path] = []
     env = os.environ.get(DATA_DIR_ENV, "")
     if env:
         candidates.append(Path(env).expanduser())
@@ -96,7 +102,8 @@ def upstream_hint(file: str) -> str:
 
 
 def resolve_trace_path(file: str, data_dir: Optional[str] = None) -> Path:
-    """The path of trace ``file``: as-is when absolute, else the first searched directory that holds it.
+    """The path of trace ``file``: as-is when absolute, else under ``data_dir`` when one is given (only
+    there), else the first directory of the default search that holds it.
 
     Raises :class:`TraceNotFoundError` naming the file, every directory searched and the upstream source.
     """
@@ -114,10 +121,20 @@ def resolve_trace_path(file: str, data_dir: Optional[str] = None) -> Path:
     if found is not None:
         logger.debug("trace %s resolved to %s", file, found)
         return found
+    if data_dir:
+        where = dirs[0]
+        missing_dir = "" if where.is_dir() else " (that directory does not exist)"
+        raise TraceNotFoundError(
+            f"trace file {file!r} not found in data_dir={str(where)!r}{missing_dir}: an explicit data_dir is the "
+            f"only directory searched (${DATA_DIR_ENV}, ./data and ../shared/traces are not); {upstream_hint(file)}. "
+            f"Put it at {str(where / path)!r}, or set data_dir=null for the default search.",
+            file=file,
+            searched=[str(where)],
+        )
     listing = "; ".join(str(d) for d in dirs)
     raise TraceNotFoundError(
         f"trace file {file!r} not found in any data directory (searched, in order: {listing}); "
-        f"{upstream_hint(file)}. Put it under one of these directories, pass data_dir, or set ${DATA_DIR_ENV}.",
+        f"{upstream_hint(file)}. Put it under one of these directories, set data_dir, or set ${DATA_DIR_ENV}.",
         file=file,
         searched=[str(d) for d in dirs],
     )

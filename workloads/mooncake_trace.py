@@ -1,8 +1,9 @@
 """Loader of Mooncake FAST'25 JSONL traces (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``).
 
-Each row is validated: JSON object, fields present with the right types (a bool is not an int),
-``timestamp >= 0`` and non-decreasing, ``input_length >= 1``, ``output_length >= 1`` (the shipped traces'
-minimum is 1; a request that generates nothing has no first token to time), hash ids in ``[0, 2**63)`` and
+The file is UTF-8 (a leading byte-order mark is allowed). Each row is validated: JSON object, fields
+present with the right types (a bool is not an int), ``timestamp`` in ``[0, 1e15]`` ms and non-decreasing,
+``input_length`` and ``output_length`` in ``[1, MAX_REQUEST_TOKENS]`` (the shipped traces' minimum is 1; a
+request that generates nothing has no first token to time), hash ids in ``[0, 2**63)`` and
 ``len(hash_ids) == ceil(input_length / block_size)``. Unknown fields are ignored. In strict mode the first bad
 row raises :class:`TraceFormatError` (``<path>:<line>: <field>: <problem>``); otherwise bad rows are skipped
 and counted by reason.
@@ -19,13 +20,14 @@ from typing import Any, Optional
 
 from harness.records import RequestSpec
 from workloads.base import LoadedRequests, Workload
-from workloads.config import MooncakeTraceConfig
+from workloads.config import MAX_REQUEST_TOKENS, MooncakeTraceConfig
 from workloads.datadir import resolve_trace_path
 from workloads.errors import TraceFormatError, not_utf8_error
 
 logger = logging.getLogger(__name__)
 
 _MAX_HASH_ID = 2**63
+MAX_TIMESTAMP_MS = 1e15  # about 31,700 years: a larger timestamp is a corrupt value
 _DEBUG_REASONS = 5  # skipped rows whose reason is logged at debug level
 
 
@@ -39,17 +41,22 @@ class _BadRow(Exception):
         self.problem = problem
 
 
-def _int_field(obj: dict[str, Any], name: str, minimum: int) -> int:
+def _int_field(obj: dict[str, Any], name: str, minimum: int, maximum: int = MAX_REQUEST_TOKENS) -> int:
+    expected = f"expected an integer in [{minimum}, {maximum}]"
     if name not in obj:
-        raise _BadRow(name, "missing", f"missing, expected an integer >= {minimum}")
+        raise _BadRow(name, "missing", f"missing, {expected}")
     value = obj[name]
     if type(value) is not int:
-        raise _BadRow(
-            name, "wrong type", f"got {type(value).__name__} {value!r}, expected an integer >= {minimum}"
-        )
-    if value < minimum:
-        raise _BadRow(name, "out of range", f"got {value}, expected an integer >= {minimum}")
+        raise _BadRow(name, "wrong type", f"got {type(value).__name__} {_short(value)}, {expected}")
+    if not minimum <= value <= maximum:
+        raise _BadRow(name, "out of range", f"got {_short(value)}, {expected}")
     return value
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a corrupt row may hold a huge value)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**limit else f"an integer of {len(str(abs(value)))} digits"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _timestamp(obj: dict[str, Any], previous: Optional[float]) -> float:
@@ -60,11 +67,12 @@ def _timestamp(obj: dict[str, Any], previous: Optional[float]) -> float:
         raise _BadRow(
             "timestamp",
             "wrong type",
-            f"got {type(value).__name__} {value!r}, expected a number of milliseconds >= 0",
+            f"got {type(value).__name__} {_short(value)}, expected a number of milliseconds >= 0",
         )
-    if not math.isfinite(value) or value < 0:
+    if not (math.isfinite(value) if type(value) is float else True) or not 0 <= value <= MAX_TIMESTAMP_MS:
         raise _BadRow(
-            "timestamp", "out of range", f"got {value}, expected a finite number of milliseconds >= 0"
+            "timestamp", "out of range",
+            f"got {_short(value)}, expected a finite number of milliseconds in [0, {MAX_TIMESTAMP_MS:g}]",
         )
     if previous is not None and value < previous:
         raise _BadRow(
@@ -114,6 +122,10 @@ def _parse_row(
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise _BadRow("row", "invalid JSON", f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise _BadRow("row", "invalid JSON", f"invalid JSON ({str(exc).split(':')[0]})") from None
+    except RecursionError:
+        raise _BadRow("row", "invalid JSON", "invalid JSON (nested too deeply)") from None
     if not isinstance(obj, dict):
         raise _BadRow("row", "not an object", f"got a JSON {type(obj).__name__}, expected a JSON object")
     ts = _timestamp(obj, previous_ts)
@@ -135,7 +147,7 @@ def load_mooncake_trace(path: str | Path, block_size: int = 512, strict: bool = 
     previous_ts: Optional[float] = None
     n_lines = 0
     try:
-        with path.open("r", encoding="utf-8") as fh:
+        with path.open("r", encoding="utf-8-sig") as fh:
             for line_no, line in enumerate(fh, start=1):
                 n_lines = line_no
                 try:

@@ -9,12 +9,14 @@ its simulator then take a random sample of N of them (``random.sample``). The lo
 filters (``max_total_tokens``, ``min_tokens``) and, with a ``sample_seed``, shuffles the kept rows with a
 seeded stream, so that the workload's first N requests (``max_requests``) are a random sample. Every
 request gets its own hash ids (``ceil(prompt / block_size)`` of them): no two prompts share a prefix.
+Counts are integers in ``[1, MAX_REQUEST_TOKENS]``; an error names the file and the line a row ends on.
 """
 
 from __future__ import annotations
 
 import csv
 import logging
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -23,7 +25,7 @@ import numpy as np
 from harness.records import RequestSpec
 from workloads.arrivals import RngStream, rng_stream
 from workloads.base import LoadedRequests, Workload
-from workloads.config import ShareGPTLengthsConfig
+from workloads.config import MAX_REQUEST_TOKENS, ShareGPTLengthsConfig
 from workloads.datadir import resolve_trace_path
 from workloads.errors import TraceFormatError, not_utf8_error
 
@@ -33,14 +35,16 @@ PROMPT_COLUMN = "num_prefill_tokens"
 OUTPUT_COLUMN = "num_decode_tokens"
 
 
+_COUNT = re.compile(r"\s*([0-9]{1,15})\s*")  # ASCII digits; longer: out of range anyway (never parsed)
+
+
 def _count(path: Path, line_no: int, name: str, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1 or str(value) != text.strip():
-        raise TraceFormatError(str(path), line_no, name, f"got {text!r}, expected an integer >= 1")
-    return value
+    match = _COUNT.fullmatch(text)
+    if match is None or not 1 <= int(match.group(1)) <= MAX_REQUEST_TOKENS:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise TraceFormatError(str(path), line_no, name,
+                               f"got {shown!r}, expected an integer in [1, {MAX_REQUEST_TOKENS}]")
+    return int(match.group(1))
 
 
 def read_length_rows(path: str | Path) -> list[tuple[int, int]]:
@@ -50,9 +54,10 @@ def read_length_rows(path: str | Path) -> list[tuple[int, int]]:
     integer >= 1.
     """
     path = Path(path)
+    reader = None
     try:
         with path.open("r", encoding="utf-8-sig", newline="") as fh:
-            reader = csv.reader(fh)
+            reader = csv.reader(fh, strict=True)
             header = next(reader, [])
             missing = [c for c in (PROMPT_COLUMN, OUTPUT_COLUMN) if c not in header]
             if missing:
@@ -60,7 +65,8 @@ def read_length_rows(path: str | Path) -> list[tuple[int, int]]:
                                        f"{PROMPT_COLUMN} and {OUTPUT_COLUMN} (missing: {', '.join(missing)})")
             i_prompt, i_output = header.index(PROMPT_COLUMN), header.index(OUTPUT_COLUMN)
             rows = []
-            for line_no, fields in enumerate(reader, start=2):
+            for fields in reader:
+                line_no = reader.line_num  # the line the row ends on (a quoted field may span lines)
                 if not fields:
                     continue
                 if len(fields) <= max(i_prompt, i_output):
@@ -70,6 +76,9 @@ def read_length_rows(path: str | Path) -> list[tuple[int, int]]:
                              _count(path, line_no, OUTPUT_COLUMN, fields[i_output])))
     except UnicodeDecodeError:
         raise not_utf8_error(path) from None
+    except csv.Error as exc:  # a NUL byte, a stray quote, a field over the csv module's size limit
+        line = reader.line_num if reader is not None else 1
+        raise TraceFormatError(str(path), max(line, 1), "row", f"not a valid CSV row ({exc})") from None
     if not rows:
         raise TraceFormatError(str(path), 2, "row", "no data rows after the header")
     return rows

@@ -4,9 +4,13 @@ Each ``study.variants`` entry is a list of Hydra overrides (on top of the job's 
 a complete serving job (``job=serve``) in ``variants/<label>/``: bring-up, warm-up, the measured point,
 tear-down. Only one deployment is up at a time, so a 24 GiB CPU host never runs more than one system's
 instances. The job writes ``study.csv`` (one row per variant: latency, goodput, hit rates, KV transfer,
-price and power) and ``requests.parquet`` (every record, labelled), from which
-``figures/disagg_compare.py`` draws the comparison. A variant that fails keeps its own failed
-``summary.json``, appears in ``study.csv`` with ``status: failed`` and its reason, and fails the job.
+price and power, validity) and ``requests.parquet`` (every record, labelled), from which
+``figures/disagg_compare.py`` draws the comparison. Every variant's workload is built before the first
+deployment comes up, so a bad workload fails the job before any server starts. A variant that fails keeps
+its own failed ``summary.json``, appears in ``study.csv`` with ``status: failed`` and its reason, and fails
+the job. A variant that ran but is invalid (``harness/validity.py``) keeps ``status: ok`` with ``valid``
+false and its reasons in ``validity_reasons``; the job's validity block holds every variant's block and is
+valid only when all variants are.
 """
 
 from __future__ import annotations
@@ -14,19 +18,23 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from harness.config import Config
+from harness.engines import open_deployment
 from harness.errors import ConfigError
 from harness.jobs import JobResult
 from harness.records import RunSummary
 from harness.result_files import REQUESTS_FILE, STUDY_FILE, VARIANTS_DIR
 from harness.results import RunFolder
-from harness.serve_job import run_serve
+from harness.serve_job import build_point_requests, run_serve
 from harness.studies.variants import compose_variant, describe_variant, job_overrides
+from harness.validity import block_reasons, combine_validity
+from systems.contract import Deployment
 from systems.topology import topology_of
 
 log = logging.getLogger(__name__)
@@ -45,9 +53,24 @@ class CompareFailed(RuntimeError):
     """One or more variants of a comparison failed (their folders hold the reasons)."""
 
 
-def _row(label: str, vcfg: Config, metrics: dict[str, Any], requests: pd.DataFrame) -> dict[str, Any]:
+def failed_validity(reason: str) -> dict[str, Any]:
+    """The validity block of a variant that did not complete: invalid, with the failure as its reason."""
+    return {"valid": False, "reasons": [f"variant failed: {reason}"]}
+
+
+def compare_validity(validities: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The job's validity block: valid only when every variant is; each variant's block (and reasons,
+    prefixed with its label) kept under ``variants``."""
+    return combine_validity(validities, kind="variants")
+
+
+def _row(label: str, vcfg: Config, metrics: dict[str, Any], requests: pd.DataFrame,
+         validity: dict[str, Any] | None = None) -> dict[str, Any]:
     row: dict[str, Any] = {"variant": label, "status": "ok", "reason": "", **describe_variant(vcfg)}
     row.update({k: metrics.get(k) for k in _KEPT})
+    if validity is not None:
+        row["valid"] = bool(validity.get("valid", False))
+        row["validity_reasons"] = "; ".join(block_reasons(validity)) if not row["valid"] else ""
     row.update({k: metrics.get(f"engine_{k}") for k in _ENGINE_KEPT})
     if row["local_hit_rate"] is None and row["prefix_hit_rate"] is not None:  # colocated: every hit is local
         row["local_hit_rate"], row["pool_hit_rate"] = row["prefix_hit_rate"], 0.0
@@ -71,30 +94,37 @@ def _row(label: str, vcfg: Config, metrics: dict[str, Any], requests: pd.DataFra
     return row
 
 
-def run_compare(cfg: Config, folder: RunFolder) -> JobResult:
+def run_compare(cfg: Config, folder: RunFolder,
+                deployment_factory: Callable[[Any, RunFolder], Deployment] = open_deployment) -> JobResult:
     """Serve the workload with every variant in turn and tabulate them (see the module docstring)."""
     variants = dict(cfg.study.variants)
     if not variants:
         raise ConfigError("study.variants: job=compare needs at least one variant (label: [overrides])")
     base = [o for o in job_overrides() if not o.startswith("job=")]
     composed = {label: compose_variant([*base, *overrides, "job=serve"]) for label, overrides in variants.items()}
+    # every workload is built (and checked) before the first deployment comes up
+    built = {label: build_point_requests(vcfg) for label, vcfg in composed.items()}
     rows, frames, failed = [], [], []
+    validities: dict[str, dict[str, Any]] = {}
     for label, vcfg in composed.items():
         sub = RunFolder(folder.path / VARIANTS_DIR / label)
         sub.path.mkdir(parents=True, exist_ok=True)
         log.info("variant %s: system=%s engine=%s", label, vcfg.system.name, vcfg.engine.name)
         try:
-            result = run_serve(vcfg, sub)
+            result = run_serve(vcfg, sub, deployment_factory, built.pop(label))
         except Exception as exc:  # keep going: the other systems still get measured
             log.exception("variant %s failed", label)
             reason = f"{type(exc).__name__}: {exc}"
             sub.write_summary(RunSummary(status="failed", experiment=cfg.experiment_name, job=label, kind="serve",
                                          reason=reason))
-            rows.append({"variant": label, "status": "failed", "reason": reason, **describe_variant(vcfg)})
+            rows.append({"variant": label, "status": "failed", "reason": reason, **describe_variant(vcfg),
+                         "valid": False, "validity_reasons": f"variant failed: {reason}"})
+            validities[label] = failed_validity(reason)
             failed.append(label)
             continue
         requests = pd.read_parquet(sub.file(REQUESTS_FILE))
-        rows.append(_row(label, vcfg, result.metrics, requests))
+        validities[label] = result.validity
+        rows.append(_row(label, vcfg, result.metrics, requests, result.validity))
         requests.insert(0, "variant", label)
         frames.append(requests)
     table = pd.DataFrame(rows)
@@ -103,5 +133,6 @@ def run_compare(cfg: Config, folder: RunFolder) -> JobResult:
         folder.write_table(REQUESTS_FILE, pd.concat(frames, ignore_index=True))
     if failed:
         raise CompareFailed(f"variants failed: {', '.join(failed)} (see {VARIANTS_DIR}/<label>/summary.json)")
-    return JobResult(metrics={"variants": len(rows)}, files={"study": STUDY_FILE, "requests": REQUESTS_FILE},
-                     tables={"study": table})
+    validity = compare_validity(validities)
+    return JobResult(metrics={"variants": len(rows)}, validity=validity,
+                     files={"study": STUDY_FILE, "requests": REQUESTS_FILE}, tables={"study": table})

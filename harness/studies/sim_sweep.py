@@ -14,6 +14,9 @@ A sweep over load points (``study.rates_rps``, ``per_gpu_rates`` or ``speedups``
 ``capacity.csv``: for every variant and attainment column, the highest load meeting the SLO's attainment
 target (:func:`harness.capacity.capacity_at`), over the offered rate and, when the points are per-GPU
 rates, over the per-GPU rate. Figures and the report read it; they never recompute it.
+
+Every point is assessed against the variant's ``validity`` block (:mod:`harness.validity`): ``study.csv``
+has ``valid`` and ``validity_reasons`` per point and ``summary.json``'s validity block holds every point's.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from harness.results import RunFolder, records_frame
 from harness.studies.simulate import load_requests, point_workload, simulate
 from harness.studies.slo_scale import crossing_table, scale_rows
 from harness.studies.variants import compose_variant, describe_variant, job_overrides
+from harness.validity import assess_validity, combine_validity
 from systems.engine_config import SimEngineConfig
 from systems.sim.simulation import SimulatedCluster
 
@@ -108,13 +112,18 @@ def run_sim_sweep(cfg: Config, folder: RunFolder) -> JobResult:
     frames: list[pd.DataFrame] = []
     loads: list[pd.DataFrame] = []
     scaled: list[dict[str, Any]] = []
+    validities: dict[str, dict[str, Any]] = {}
     for label, index, point in tqdm(jobs, desc="simulations", unit="sim", disable=not cfg.engine.progress):
         cluster = clusters[label]
         vcfg = cluster.cfg
         wcfg = point_workload(vcfg, point["rate_rps"], point["speedup"], study.max_requests)
         requests = load_requests(vcfg, wcfg)
         result = simulate(cluster, requests, keep_load=True)
+        validity = assess_validity(result.records, result.metrics, vcfg.validity,
+                                   offered_rate_rps=requests.schedule.offered_rate_rps)
+        validities[f"{label} point {index}"] = validity
         row = {"variant": label, "point": index, **point, "n_gpus": cluster.n_gpus,
+               "valid": validity["valid"], "validity_reasons": "; ".join(validity["reasons"]),
                "offered_rate_rps": requests.schedule.offered_rate_rps, **describe_variant(vcfg),
                **{k: v for k, v in result.metrics.items() if not isinstance(v, dict | list)},
                **threshold_columns(result.records, vcfg.slo, list(study.tbt_thresholds_ms)),
@@ -153,4 +162,8 @@ def run_sim_sweep(cfg: Config, folder: RunFolder) -> JobResult:
     metrics = {"study": study.kind, "figure": study.figure, "n_simulations": len(rows),
                "simulated_requests": int(table["n_issued"].sum()) if "n_issued" in table else 0,
                "simulation_wall_s": float(table["sim_wall_s"].sum())}
-    return JobResult(metrics=metrics, files=files, tables={"study": table})
+    validity = combine_validity(validities, kind="points")
+    if not validity["valid"]:
+        log.warning("%d of %d simulated points are invalid (summary.json validity; study.csv validity_reasons)",
+                    sum(not v["valid"] for v in validities.values()), len(validities))
+    return JobResult(metrics=metrics, validity=validity, files=files, tables={"study": table})

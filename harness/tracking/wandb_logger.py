@@ -1,11 +1,17 @@
 """The Weights & Biases adapter: config, flattened summary metrics, tables, figures and the run
-folder as an artifact. Runs offline when no API key is configured and says how to sync."""
+folder as an artifact. Runs offline when no API key is configured and says how to sync.
+
+The config, the summary and the artifact's metadata are uploaded with secrets redacted
+(:mod:`harness.redaction`); the folder's files already are. W&B also records the command line
+(``sys.argv``) in its run metadata: when that holds a secret (``engine.url=http://user:PASSWORD@...``),
+W&B's metadata collection is turned off for the run (``x_disable_meta``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +20,7 @@ import pandas as pd
 
 from harness.config import LoggerConfig
 from harness.records import RunSummary
+from harness.redaction import redact
 from harness.results import RunFolder
 
 log = logging.getLogger(__name__)
@@ -50,6 +57,12 @@ def resolve_mode(requested: str | None) -> str:
     return "online" if has_api_key() else "offline"
 
 
+def command_line_has_secret(argv: Sequence[str] | None = None) -> bool:
+    """Whether the command line (default ``sys.argv``) holds something :func:`redact` would hide."""
+    args = list(sys.argv if argv is None else argv)
+    return redact(args) != args
+
+
 def publish_to_wandb(logger_cfg: LoggerConfig, summary: RunSummary, config: Mapping[str, Any], folder: RunFolder,
                      tables: Mapping[str, pd.DataFrame], figures: Sequence[Path]) -> None:
     """Log one finished job as one W&B run."""
@@ -58,11 +71,17 @@ def publish_to_wandb(logger_cfg: LoggerConfig, summary: RunSummary, config: Mapp
     except ImportError as exc:
         raise RuntimeError("logger=wandb needs the wandb extra: pip install -e '.[wandb]'") from exc
 
+    summary = RunSummary(**redact(dataclasses.asdict(summary)))
+    config = redact(dict(config))
     mode = resolve_mode(logger_cfg.mode)
+    hide_meta = command_line_has_secret()
+    if hide_meta:
+        log.info("W&B: the command line holds a secret, so W&B's run metadata (command line, host) is not collected")
     run = wandb.init(
         project=logger_cfg.project, entity=logger_cfg.entity, mode=mode, dir=str(folder.path),
         name=f"{summary.experiment}/{summary.job}", group=summary.experiment, job_type=summary.kind,
-        tags=list(logger_cfg.tags), config=dict(config), reinit="finish_previous",
+        tags=list(logger_cfg.tags), config=config, reinit="finish_previous",
+        settings=wandb.Settings(x_disable_meta=hide_meta),
     )
     try:
         scalars = {k: v for k, v in flatten({"metrics": summary.metrics, "validity": summary.validity}).items()

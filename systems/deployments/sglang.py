@@ -147,10 +147,7 @@ def build_specs(cfg: DeploymentConfig, model_path: Path | str, gpus: Optional[Se
     engine, system = cfg.engine, cfg.system
     roles = _roles(cfg)
     tp = int(engine.tensor_parallel_size)
-    need = len(roles) * tp
-    if system.gpu_budget is not None and need > system.gpu_budget:
-        raise DeploymentError(f"system.gpu_budget={system.gpu_budget}: {len(roles)} server(s) x "
-                              f"engine.tensor_parallel_size={tp} need {need} GPUs")
+    need = len(roles) * tp  # system.gpu_budget was checked with the config (systems/gpu_budget.py)
     gpu_pool = [str(i) for i in range(need)] if gpus is None else [str(g) for g in gpus]
     if len(gpu_pool) < need:
         raise DeploymentError(f"engine=sglang: {len(roles)} server(s) x tensor_parallel_size={tp} need {need} GPUs, "
@@ -227,7 +224,8 @@ class SglangServer:
         if "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR" in env:
             Path(env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"]).mkdir(parents=True, exist_ok=True)
         folder = server_dir(self.spec, self.run_dir)
-        self.process.start(server_command(self.spec), env=env, log_path=folder / "server.log", cwd=folder)
+        self.process.start(server_command(self.spec), env=env, log_path=folder / "server.log", cwd=folder,
+                           extra_env=self.spec.extra_env)
         return self
 
     def alive(self) -> bool:

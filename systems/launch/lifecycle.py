@@ -4,7 +4,11 @@ A deployment registers what it starts on ``self._stack`` (an ``ExitStack``) insi
 names each process it depends on with :meth:`ProcessDeployment.watch`. Entering runs ``_bring_up`` with
 SIGTERM turned into an exception; if anything fails there, everything already started is stopped before
 the error propagates. Leaving stops everything, in reverse order. :meth:`check_health` raises
-``DeploymentError`` with the exit code and the last log lines of the first watched process that died.
+``DeploymentError`` with the exit code and the last log lines of the first watched process that died,
+and notes the shared-memory files the running ones use (:meth:`ManagedProcess.note_shm_files`).
+
+Each process is started under the launch supervisor, so a harness killed even by SIGKILL takes its
+servers along (see :mod:`systems.launch.processes`); leftovers are stopped at the next start.
 """
 
 from __future__ import annotations
@@ -38,11 +42,15 @@ class ProcessDeployment:
         return self._watched_processes
 
     def check_health(self) -> None:
-        """``DeploymentError`` naming the first watched process that is no longer running."""
+        """``DeploymentError`` naming the first watched process that is no longer running.
+
+        Running ones have the shared-memory files they use now noted (and recorded in their pid files),
+        so files created after start-up are cleaned up too if the harness is killed later."""
         for name, process in self._watched():
             if not process.alive():
                 raise DeploymentError(f"{name} died (exit code {process.returncode}); last log lines:\n"
                                       f"{process.tail_log()}")
+            process.note_shm_files()
 
     def __enter__(self: Self) -> Self:
         self._stack = getattr(self, "_stack", None) or ExitStack()

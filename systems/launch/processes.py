@@ -2,6 +2,11 @@
 
 ``ManagedProcess`` starts a command in its own session (so its process group holds it and every
 helper it forks) and stops it by signalling the whole group: SIGTERM, a grace period, then SIGKILL.
+The group's leader is a small supervisor (:mod:`systems.launch.supervisor`) that runs the command and
+exits as it does, and stops the whole group when the harness dies, even by SIGKILL. Each start writes a
+pid file (:mod:`systems.launch.pidfile`), removed at ``stop``; before each start, servers a dead harness
+left running are stopped (:mod:`systems.launch.leftovers`, also ``python -m systems.launch.leftovers``).
+The child gets an allow-listed environment (:func:`systems.launch.child_env.child_environment`).
 ``wait_http_ready`` polls a readiness URL and fails fast, with the log tail, when the process dies.
 ``ProcessGroup`` owns several processes and stops them in reverse start order; ``sigterm_as_exception``
 turns SIGTERM into an exception so ``finally`` blocks (and so the teardown) run on ``kill`` as on Ctrl-C.
@@ -24,7 +29,9 @@ from types import FrameType
 from typing import Optional
 
 from harness.errors import UserError
-from systems.launch import shm
+from systems.launch import groups, leftovers, pidfile, procfs, shm
+from systems.launch.child_env import child_environment, split_inherited
+from systems.launch.supervisor import supervisor_command
 
 logger = logging.getLogger(__name__)
 
@@ -44,68 +51,81 @@ class Terminated(BaseException):
 
 def _group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes in process group ``pgid``, read from /proc."""
-    members: list[int] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return members
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text()
-        except OSError:
-            continue
-        # Fields after the command name, which is in parentheses and may itself hold spaces.
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) >= 3 and fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(name))
-    return members
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+    return procfs.group_members(pgid)
 
 
 class ManagedProcess:
-    """One command run in its own process group, with stdout and stderr appended to a log file."""
+    """One command run in its own process group, with stdout and stderr appended to a log file.
 
-    def __init__(self, name: str, clean_shm: bool = True) -> None:
+    ``grace_s`` is what the supervisor waits between SIGTERM and SIGKILL when the harness dies;
+    ``runtime_dir`` (default :func:`pidfile.runtime_dir`) holds the pid files; ``shm_dir`` is where
+    shared-memory files are looked for.
+    """
+
+    def __init__(self, name: str, clean_shm: bool = True, grace_s: float = 10.0,
+                 runtime_dir: Optional[Path] = None, shm_dir: Path = shm.SHM_DIR) -> None:
         self.name = name
         self.clean_shm = clean_shm
+        self.grace_s = grace_s
+        self.runtime_dir = runtime_dir
+        self.shm_dir = Path(shm_dir)
         self.log_path: Optional[Path] = None
+        self.pid_file: Optional[Path] = None
+        self._record: Optional[pidfile.ProcessRecord] = None
         self._popen: Optional[subprocess.Popen[bytes]] = None
         self._shm_before: frozenset[str] = frozenset()
         self._shm_seen: set[Path] = set()  # shared-memory files the group was seen using
 
     def start(self, cmd: Sequence[str], env: Optional[Mapping[str, str]] = None,
-              log_path: Optional[Path] = None, cwd: Optional[Path] = None) -> ManagedProcess:
-        """Start ``cmd`` (``env`` replaces the environment when given) in a new session."""
+              log_path: Optional[Path] = None, cwd: Optional[Path] = None,
+              extra_env: Optional[Mapping[str, str]] = None) -> ManagedProcess:
+        """Start ``cmd`` in a new session, under the supervisor, after stopping a dead harness's leftovers.
+
+        The environment is :func:`child_environment` of ``os.environ``: only allow-listed, non-secret names
+        are inherited. Names in ``env`` that are not in ``os.environ`` or differ from it, and all of
+        ``extra_env``, are the caller's own settings and are passed as given; names ``env`` merely
+        copied from ``os.environ`` go through the allow-list like the rest.
+        """
         if self._popen is not None:
             raise RuntimeError(f"{self.name}: already started (pid {self._popen.pid})")
+        directory = pidfile.ensure_runtime_dir(self.runtime_dir or pidfile.runtime_dir())
+        try:
+            leftovers.stop_leftovers(directory, grace_s=self.grace_s, shm_dir=self.shm_dir)
+        except Exception:
+            logger.exception("%s: error while looking for leftover servers in %s", self.name, directory)
+        inherited, explicit = split_inherited(env, os.environ) if env is not None else (dict(os.environ), {})
+        child_env = child_environment(inherited, {**explicit, **(extra_env or {})})
         self.log_path = Path(log_path) if log_path is not None else Path(f"{self.name}.log")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.clean_shm:
-            self._shm_before = shm.snapshot()
+            self._shm_before = shm.snapshot(self.shm_dir)
+        cmd = list(map(str, cmd))
+        self.pid_file = pidfile.new_path(directory, self.name)
+        wrapped = supervisor_command(cmd, os.getpid(), self.grace_s, self.pid_file, self.shm_dir)
         with open(self.log_path, "ab") as log:
-            log.write(f"# {self.name}: {' '.join(map(str, cmd))}\n".encode())
+            log.write(f"# {self.name}: {' '.join(cmd)}\n".encode())
             log.flush()
             self._popen = subprocess.Popen(
-                list(map(str, cmd)), env=dict(env) if env is not None else None, cwd=cwd,
+                wrapped, env=child_env, cwd=cwd,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            self._record = pidfile.new_record(self.name, self._popen.pid, cmd, self.log_path)
+            pidfile.write_record(self.pid_file, self._record)
+        except (OSError, ProcessLookupError) as exc:  # it exited at once: wait_http_ready reports that
+            logger.warning("%s: no pid file written (%s)", self.name, exc)
         logger.info("%s: started pid %d, log %s", self.name, self._popen.pid, self.log_path)
         return self
 
     @property
     def pid(self) -> int:
+        """The group leader's pid: the supervisor, whose exit mirrors the command's."""
         if self._popen is None:
             raise RuntimeError(f"{self.name}: not started")
         return self._popen.pid
 
     @property
     def pgid(self) -> int:
-        """The process group id (equal to the pid: the child leads its own session)."""
+        """The process group id (equal to the pid: the supervisor leads its own session)."""
         return self.pid
 
     @property
@@ -123,47 +143,44 @@ class ManagedProcess:
 
     def note_shm_files(self) -> None:
         """Remember the shared-memory files the group uses now (called once it is ready), so they can be
-        removed at ``stop`` even if the group was killed from outside in between."""
-        if self.clean_shm and self._popen is not None:
-            self._shm_seen |= shm.files_used_by(self.group_pids())
-
-    def _wait_group_gone(self, deadline: float) -> bool:
-        while True:
-            self._popen.poll()  # type: ignore[union-attr]  # reap the leader as soon as it exits
-            if not _group_members(self.pgid):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
+        removed at ``stop`` even if the group was killed from outside in between; also recorded, with
+        their inodes, in the pid file, for a cleanup after the harness itself died."""
+        if not self.clean_shm or self._popen is None:
+            return
+        seen = shm.files_used_by(self.group_pids(), self.shm_dir)
+        self._shm_seen |= seen
+        ours = shm.inodes(p for p in self._shm_seen if p.name not in self._shm_before)
+        if self._record is not None and self.pid_file is not None and ours:
+            self._record = pidfile.with_shm_files(
+                self._record, [pidfile.ShmFile(str(p), ino) for p, ino in ours.items()])
+            try:
+                pidfile.write_record(self.pid_file, self._record)
+            except OSError as exc:
+                logger.warning("%s: could not update pid file %s: %s", self.name, self.pid_file, exc)
 
     def stop(self, grace_s: float = 10.0) -> Optional[int]:
         """SIGTERM the group, wait up to ``grace_s``, SIGKILL what is left, reap; returns the exit code.
 
-        Safe to call more than once and on a process that already exited.
+        Then removes the shared-memory files the group created (see :mod:`systems.launch.shm`) and the
+        pid file. Safe to call more than once and on a process that already exited.
         """
         if self._popen is None:
             return None
         pgid = self.pgid
         members = _group_members(pgid)
-        shm_files = shm.files_used_by(members) if self.clean_shm and members else set()
+        shm_files = shm.files_used_by(members, self.shm_dir) if self.clean_shm and members else set()
         if members:
-            logger.info("%s: stopping process group %d (%d process(es))", self.name, pgid, len(members))
-            _signal_group(pgid, signal.SIGTERM)
-            if not self._wait_group_gone(time.monotonic() + grace_s):
-                logger.warning("%s: group %d still running %.0f s after SIGTERM; sending SIGKILL",
-                               self.name, pgid, grace_s)
-                _signal_group(pgid, signal.SIGKILL)
-                if not self._wait_group_gone(time.monotonic() + 10.0):
-                    logger.error("%s: processes %s of group %d survived SIGKILL", self.name,
-                                 _group_members(pgid), pgid)
+            groups.stop_group(pgid, grace_s, self.name, reap=self._popen.poll)
         try:
             code = self._popen.wait(timeout=10.0)
         except subprocess.TimeoutExpired:
             code = None
         candidates = shm_files | self._shm_seen
         if candidates:
-            in_use = shm.files_used_by(shm.live_pids())  # never remove what any live process still uses
+            in_use = shm.files_used_by(shm.live_pids(), self.shm_dir)  # never remove what a live process uses
             shm.remove_leftovers(candidates - in_use, self._shm_before)
+        if self.pid_file is not None and not _group_members(pgid):
+            pidfile.remove_record(self.pid_file)
         return code
 
     def tail_log(self, n: int = LOG_TAIL_LINES) -> str:
@@ -242,7 +259,7 @@ class ProcessGroup:
     def start(self, name: str, cmd: Sequence[str], env: Optional[Mapping[str, str]] = None,
               log_path: Optional[Path] = None, cwd: Optional[Path] = None) -> ManagedProcess:
         """Start a new ``ManagedProcess`` owned by this group."""
-        proc = ManagedProcess(name)
+        proc = ManagedProcess(name, grace_s=self.grace_s)
         self._procs.append(proc)  # owned before it starts, so a half-started one is still stopped
         return proc.start(cmd, env=env, log_path=log_path, cwd=cwd)
 

@@ -5,13 +5,20 @@ process tree when both hold: it did not exist when the tree was started (``snaps
 ``start``), and one of the tree's processes had it open or mapped (when it became ready, or just before
 it was stopped); and it is removed only when no live process has it open or mapped. Files
 that any other process may have created are never touched.
+
+A tree killed from outside (its harness SIGKILLed, say) is cleaned up later from its pid file
+(:mod:`systems.launch.pidfile`): the files attributed to it by that rule when it became ready are
+recorded there with their inode, and :func:`remove_recorded` removes exactly those, once no live
+process has them open or mapped and only while they are still the same file (same inode).
+Functions that look into the directory take ``shm_dir`` (default ``/dev/shm``), so tests can use a temporary one.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+import stat
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -72,4 +79,45 @@ def remove_leftovers(candidates: Iterable[Path], existed_before: frozenset[str])
     if removed:
         logger.info("removed %d leftover shared-memory file(s): %s", len(removed),
                     ", ".join(p.name for p in removed))
+    return removed
+
+
+def inodes(paths: Iterable[Path]) -> dict[Path, int]:
+    """The inode of each of ``paths`` that exists as a regular file (not followed through links)."""
+    found: dict[Path, int] = {}
+    for path in paths:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode):
+            found[Path(path)] = info.st_ino
+    return found
+
+
+def remove_recorded(recorded: Mapping[Path, int], shm_dir: Path = SHM_DIR) -> list[Path]:
+    """Unlink the recorded files (path -> inode) that lie directly in ``shm_dir``, are still the same file
+    (same inode) and that no live process has open or mapped; returns what was removed."""
+    shm_dir = Path(shm_dir)
+    current = inodes(p for p in map(Path, recorded) if p.parent == shm_dir)
+    same = {p for p, ino in current.items() if recorded.get(p) == ino}
+    if not same:
+        return []
+    in_use = files_used_by(live_pids(), shm_dir)
+    removed: list[Path] = []
+    for path in sorted(same - in_use):
+        try:
+            path.unlink()
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            logger.warning("could not remove leftover shared-memory file %s: %s", path, exc)
+    if removed:
+        logger.info("removed %d shared-memory file(s) a stopped process tree left: %s", len(removed),
+                    ", ".join(p.name for p in removed))
+    kept = sorted(same & in_use)
+    if kept:
+        logger.info("kept %d recorded shared-memory file(s) still in use: %s", len(kept),
+                    ", ".join(p.name for p in kept))
     return removed

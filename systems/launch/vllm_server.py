@@ -208,7 +208,7 @@ class VllmServer:
         for key in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TMPDIR", "HF_HOME", "VLLM_RPC_BASE_PATH"):
             Path(env[key]).mkdir(parents=True, exist_ok=True)
         self.process.start(server_command(self.spec), env=env, log_path=self.log_path,
-                           cwd=server_dir(self.spec, self.run_dir))
+                           cwd=server_dir(self.spec, self.run_dir), extra_env=self.spec.extra_env)
         return self
 
     def wait_ready(self, timeout_s: float = 600.0) -> float:

@@ -36,6 +36,11 @@ The Mooncake pool has three tiers: each instance's HBM prefix cache, its node's 
 node's DRAM (the remote tier, read over ``remote_link``). Each tier evicts LRU. After a prefill the
 prompt's blocks are written to the node's DRAM; a block fetched from a remote node ``replication_threshold``
 times is copied into the reader's DRAM (hot-block replication).
+
+Load samples (``load.csv``): every instance's queue and KV use every ``sample_interval_s`` of simulated
+time, at most :data:`MAX_SAMPLE_TIMES` sampling instants per run whatever its length. The interval starts at
+``max(sample_interval_s, last arrival / MAX_SAMPLE_TIMES)``; when the run outlasts that budget, every other
+instant is dropped and the interval doubles, so the samples always cover the whole run evenly.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ from systems.sim.request import SimRequest
 from systems.topology import ROLES
 
 log = logging.getLogger(__name__)
+
+MAX_SAMPLE_TIMES = 10_000  # load-sampling instants per run (even: halving keeps the instants on one grid)
 
 
 @dataclass(frozen=True)
@@ -185,7 +192,8 @@ class Cluster(InstanceHooks):
         self._view_instances: list[SimInstance] = []
         self._block_size = 0
         self.requests: list[SimRequest] = []
-        self.samples: list[dict[str, Any]] = []
+        self._ticks: list[tuple[float, list[dict[str, Any]]]] = []  # each sampling instant and its rows
+        self._sample_interval_s = setup.sample_interval_s
         self.counters: Counter[str] = Counter()
         self._done = 0
         self._decode_s_sum = 0.0  # decode durations of the requests finished so far (uniform t_d estimate)
@@ -215,9 +223,16 @@ class Cluster(InstanceHooks):
         self._size_caches(max(block_sizes) if block_sizes else 512)
         self.requests = [SimRequest(s, request_keys(s) if self.setup.prefix_caching or self.has_pool else ())
                          for s in specs]
+        last_arrival = 0.0
         for req in self.requests:
-            self.loop.schedule(req.spec.arrival_s, PRIO_ARRIVAL, self._arrive, req)
+            arrival = req.spec.arrival_s
+            if not (math.isfinite(arrival) and arrival >= 0):
+                raise ValueError(f"request {req.spec.request_id}: arrival_s must be a finite time >= 0, got {arrival!r}")
+            last_arrival = max(last_arrival, arrival)
+            self.loop.schedule(arrival, PRIO_ARRIVAL, self._arrive, req)
         if self.requests:
+            # bounded work whatever the schedule spans: at most MAX_SAMPLE_TIMES instants up to the last arrival
+            self._sample_interval_s = max(self.setup.sample_interval_s, last_arrival / MAX_SAMPLE_TIMES)
             self.loop.schedule(0.0, PRIO_SAMPLE, self._sample, None)
         bar = None
         if progress and self.requests:
@@ -249,6 +264,11 @@ class Cluster(InstanceHooks):
                     req.error = "still queued when the simulation ran out of events"
         return SimRun(self.requests, self.samples, self._info())
 
+    @property
+    def samples(self) -> list[dict[str, Any]]:
+        """The load samples so far, one row per instance and sampling instant."""
+        return [row for _, rows in self._ticks for row in rows]
+
     def _info(self) -> dict[str, Any]:
         insts = self.instances
         end = max((r.finish_s for r in self.requests if r.finish_s == r.finish_s), default=0.0)
@@ -263,6 +283,7 @@ class Cluster(InstanceHooks):
             "pool_fetched_tokens": sum(r.fetched_tokens for r in self.requests),
             "preemptions": sum(i.preemptions for i in insts),
             "wasted_prefill_tokens": self.wasted_prefill_tokens,
+            "load_sample_interval_s": self._sample_interval_s, "load_sample_times": len(self._ticks),
             **{f"n_{k}": v for k, v in sorted(self.counters.items())},
         }
         for role, members in self.by_role.items():
@@ -273,15 +294,29 @@ class Cluster(InstanceHooks):
         return info
 
     def _sample(self, now: float, _: Any) -> None:
+        rows: list[dict[str, Any]] = []
+        self._ticks.append((now, rows))
         for inst in self.instances:
-            self.samples.append({
+            rows.append({
                 "time_s": now, "instance": inst.name, "role": inst.role, "running": len(inst.running),
                 "waiting": len(inst.waiting) + len(inst.prefilling) + len(inst.pending), "queued_prefill_s": inst.queued_work_s,
                 "kv_utilization": inst.kv_used / inst.capacity if inst.capacity else math.nan,
                 "step_s": inst.step_estimate_s() if inst.role != "prefill" else math.nan,
             })
         if self._done < len(self.requests) and len(self.loop):  # stop when nothing else can happen
-            self.loop.schedule(now + self.setup.sample_interval_s, PRIO_SAMPLE, self._sample, None)
+            if len(self._ticks) >= MAX_SAMPLE_TIMES:
+                self._thin_samples()
+            start = self._ticks[0][0]
+            nxt = start + len(self._ticks) * self._sample_interval_s
+            while not nxt > now:  # float resolution at huge times: widen until the clock moves
+                self._thin_samples()
+                nxt = start + len(self._ticks) * self._sample_interval_s
+            self.loop.schedule(nxt, PRIO_SAMPLE, self._sample, None)
+
+    def _thin_samples(self) -> None:
+        """Keep every other sampling instant (the 1st, 3rd, ...) and double the interval."""
+        self._ticks = self._ticks[::2]
+        self._sample_interval_s *= 2
 
     # -- arrivals ---------------------------------------------------------------------------------
     def _fail(self, req: SimRequest, now: float, reason: str, status: RequestStatus = RequestStatus.FAILED) -> None:

@@ -3,7 +3,8 @@
 
 :class:`SimulatedCluster` plans the pools of ``cfg.system`` with the shapes in ``cfg.engine`` and builds
 their performance models once, checking what only the simulator knows: a known hardware type per pool,
-a model that fits its TP x PP group, a GPU budget that covers every pool, a known link. The system's
+a model that fits its TP x PP group, a known link (and, again, the GPU budget of
+:mod:`systems.gpu_budget` for configs that studies build in code). The system's
 roles and router were checked with the config (:mod:`systems.topology`). Each simulation then gets a
 fresh :class:`~systems.sim.cluster.ClusterSetup` (new policy objects).
 """
@@ -19,6 +20,7 @@ from harness.errors import ConfigError
 from harness.records import RequestSpec
 from systems.config import HardwareConfig
 from systems.contract import DeploymentConfig
+from systems.gpu_budget import check_gpu_budget
 from systems.hardware_catalog import load_hardware
 from systems.policies import build_policy
 from systems.policies.pd import PDScheduler
@@ -53,11 +55,7 @@ def plan_pools(cfg: DeploymentConfig) -> list[PoolPlan]:
         except ValueError as exc:
             raise ConfigError(f"engine.{role}.hardware: {exc}") from exc
         plans.append(PoolPlan(role, counts[role], InstanceShape(hw.name, pool_cfg.tp, pool_cfg.pp), hw))
-    n_gpus = sum(p.count * p.shape.n_gpus for p in plans)
-    budget = system.gpu_budget
-    if budget is not None and n_gpus > budget:
-        layout = ", ".join(f"{p.count} {p.role} x tp{p.shape.tp}pp{p.shape.pp}" for p in plans)
-        raise ConfigError(f"system.gpu_budget: the deployment needs {n_gpus} GPUs ({layout}) but the budget is {budget}")
+    check_gpu_budget(system, engine, cfg.hardware)  # checked with the config too; studies build configs in code
     for p in plans:
         if p.shape.n_gpus > p.hardware.devices_per_node and p.shape.pp == 1:
             raise ConfigError(f"engine.{p.role}.tp: tp={p.shape.tp} spans more than one {p.hardware.name} node "

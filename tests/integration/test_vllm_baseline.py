@@ -105,7 +105,9 @@ def test_baseline_serves_a_shared_prefix_workload(tmp_path):
     assert summary["status"] == "ok"
     metrics = summary["metrics"]
     assert metrics["n_issued"] == 12 and metrics["n_ok"] == 12
-    assert metrics["median_ttft_ms"] > 0 and metrics["median_tpot_ms"] > 0
+    assert metrics["median_ttft_ms"] > 0
+    # a client starved of CPU may read a tiny model's 16 tokens in one read (TPOT 0): measured, never negative
+    assert metrics["median_tpot_ms"] is not None and metrics["median_tpot_ms"] >= 0
     # Measured prefix hits on the engines, next to the workload's own prediction.
     assert metrics["engine_metrics_scraped"] is True
     assert 0 < metrics["engine_prefix_hit_rate"] <= 1

@@ -69,9 +69,9 @@ def read_pids(proc: ManagedProcess, timeout_s: float = 10.0) -> list[int]:
 def test_stop_kills_whole_group(tmp_path, mode):
     proc = ManagedProcess("family").start([sys.executable, "-c", FAMILY, mode], log_path=tmp_path / "f.log")
     try:
-        parent, child = read_pids(proc)
-        assert parent == proc.pid and os.getpgid(child) == proc.pgid != os.getpgid(0)
-        assert set(proc.group_pids()) == {parent, child}
+        parent, child = read_pids(proc)  # the command and its child, under the supervisor (proc.pid)
+        assert os.getpgid(parent) == os.getpgid(child) == proc.pgid != os.getpgid(0)
+        assert set(proc.group_pids()) == {proc.pid, parent, child}
         t0 = time.monotonic()
         code = proc.stop(grace_s=1.0)
         elapsed = time.monotonic() - t0

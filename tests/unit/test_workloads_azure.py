@@ -96,9 +96,9 @@ ROWS = ["2023-11-16 18:17:03.9799600,4808,10", "2023-11-16 18:17:04.0319600,3180
         ("", "row", "got 1 fields"),
         ("2023-11-16 18:17:05.123456789,12,1", "TIMESTAMP", "up to 7 fractional digits"),
         ("2023-11-16 18:17:04.0,12,1", "TIMESTAMP", "non-decreasing"),
-        ("2023-11-16 18:17:05.0,abc,1", "ContextTokens", "expected an integer >= 1"),
-        ("2023-11-16 18:17:05.0,12,0", "GeneratedTokens", "expected an integer >= 1"),
-        ("2023-11-16 18:17:05.0,12,-3", "GeneratedTokens", "expected an integer >= 1"),
+        ("2023-11-16 18:17:05.0,abc,1", "ContextTokens", "expected an integer in [1, 10000000]"),
+        ("2023-11-16 18:17:05.0,12,0", "GeneratedTokens", "expected an integer in [1, 10000000]"),
+        ("2023-11-16 18:17:05.0,12,-3", "GeneratedTokens", "expected an integer in [1, 10000000]"),
     ],
 )
 def test_bad_rows_name_file_and_line(tmp_path, bad, field, problem):

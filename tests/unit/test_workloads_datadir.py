@@ -1,4 +1,5 @@
-"""Data-directory search order, absolute paths, and the not-found message."""
+"""Data-directory search order, an explicit data_dir as the only place searched, absolute paths, and the
+not-found messages."""
 
 from __future__ import annotations
 
@@ -52,14 +53,30 @@ def test_repo_root_fallback_finds_the_shipped_traces(empty_cwd):
 
 def test_search_order(empty_cwd, tmp_path, monkeypatch):
     monkeypatch.setenv("DATA_DIR", str(tmp_path / "env"))
-    dirs = search_dirs(str(tmp_path / "explicit"))
-    assert dirs == [
-        tmp_path / "explicit",
+    assert search_dirs(str(tmp_path / "explicit")) == [tmp_path / "explicit"]  # an explicit data_dir alone
+    assert search_dirs() == [
         tmp_path / "env",
         empty_cwd / "data",
         empty_cwd.parent / "shared" / "traces",
         REPO_TRACES,
     ]
+
+
+def test_explicit_dir_is_the_only_place_searched(empty_cwd, tmp_path, monkeypatch):
+    """A file missing from an explicit data_dir is never taken from $DATA_DIR, ./data or the shipped traces."""
+    env = _put(tmp_path / "env")
+    _put(empty_cwd / "data")
+    monkeypatch.setenv("DATA_DIR", str(env.parents[1]))
+    explicit = tmp_path / "explicit"
+    explicit.mkdir()
+    with pytest.raises(TraceNotFoundError) as info:
+        resolve_trace_path(REL, str(explicit))
+    msg = str(info.value)
+    assert REL in msg and f"data_dir={str(explicit)!r}" in msg and "only directory searched" in msg
+    assert "https://github.com/kvcache-ai/Mooncake" in msg and "FAST25-release/traces/conversation_trace.jsonl" in msg
+    assert str(env) not in msg and info.value.searched == [str(explicit)]
+    with pytest.raises(TraceNotFoundError, match="does not exist"):
+        resolve_trace_path(REL, str(tmp_path / "no_such_dir"))
 
 
 def test_absolute_path_used_as_is(tmp_path):
@@ -69,12 +86,13 @@ def test_absolute_path_used_as_is(tmp_path):
         resolve_trace_path(str(tmp_path / "missing.jsonl"))
 
 
-def test_missing_file_names_file_dirs_and_upstream(empty_cwd, tmp_path):
+def test_missing_file_names_file_dirs_and_upstream(empty_cwd, tmp_path, monkeypatch):
+    monkeypatch.setenv("DATA_DIR", str(tmp_path / "env"))
     with pytest.raises(TraceNotFoundError) as info:
-        resolve_trace_path("mooncake_fast25/toolagent_trace.jsonl", str(tmp_path / "explicit"))
+        resolve_trace_path("mooncake_fast25/toolagent_trace.jsonl")
     msg = str(info.value)
     assert "mooncake_fast25/toolagent_trace.jsonl" in msg
-    for directory in search_dirs(str(tmp_path / "explicit")):
+    for directory in search_dirs():
         assert str(directory) in msg
     assert "https://github.com/kvcache-ai/Mooncake" in msg and "FAST25-release/traces/" in msg
     assert info.value.searched and isinstance(info.value, FileNotFoundError)

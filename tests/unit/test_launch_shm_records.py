@@ -1,0 +1,50 @@
+"""Shared-memory files recorded for a tree are removed only while unused and still the same file."""
+
+from __future__ import annotations
+
+import os
+
+from systems.launch import shm
+
+
+def test_remove_recorded_removes_exactly_the_unused_same_files(tmp_path):
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir()
+    ours = shm_dir / "psm_ours"
+    ours.write_bytes(b"x")
+    recreated = shm_dir / "sem.mp-recreated"
+    recreated.write_bytes(b"x")
+    in_use = shm_dir / "psm_in_use"
+    in_use.write_bytes(b"x")
+    unrecorded = shm_dir / "psm_someone_elses"
+    unrecorded.write_bytes(b"x")
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"x")
+    recorded = shm.inodes([ours, recreated, in_use, outside])
+    recorded[recreated] += 1  # recorded with another inode: the file now under that name is a new one
+    with open(in_use, "rb"):  # held open by a live process (this one)
+        removed = shm.remove_recorded(recorded, shm_dir)
+    assert removed == [ours]
+    assert not ours.exists()
+    assert recreated.exists() and in_use.exists() and unrecorded.exists() and outside.exists()
+
+
+def test_remove_recorded_keeps_a_mapped_file(tmp_path):
+    import mmap
+    path = tmp_path / "psm_mapped"
+    path.write_bytes(b"\0" * 4096)
+    with open(path, "r+b") as f:
+        mapping = mmap.mmap(f.fileno(), 4096)
+    try:  # the file is closed, but still mapped
+        assert path in shm.files_used_by([os.getpid()], tmp_path)
+        assert shm.remove_recorded(shm.inodes([path]), tmp_path) == []
+        assert path.exists()
+    finally:
+        mapping.close()
+    assert shm.remove_recorded(shm.inodes([path]), tmp_path) == [path]
+
+
+def test_inodes_skips_missing_files_and_directories(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "f").write_bytes(b"")
+    assert set(shm.inodes([tmp_path / "d", tmp_path / "f", tmp_path / "missing"])) == {tmp_path / "f"}
