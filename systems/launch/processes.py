@@ -176,6 +176,8 @@ class ManagedProcess:
         except subprocess.TimeoutExpired:
             code = None
         candidates = shm_files | self._shm_seen
+        if self.clean_shm:  # semaphores of a resource tracker killed with the tree (never seen mapped)
+            candidates |= shm.new_python_semaphores(self._shm_before, self.shm_dir)
         if candidates:
             in_use = shm.files_used_by(shm.live_pids(), self.shm_dir)  # never remove what a live process uses
             shm.remove_leftovers(candidates - in_use, self._shm_before)

@@ -4,7 +4,9 @@ A SIGKILLed vLLM leaves its shared-memory segments behind. A file is only ever a
 process tree when both hold: it did not exist when the tree was started (``snapshot`` taken before
 ``start``), and one of the tree's processes had it open or mapped (when it became ready, or just before
 it was stopped); and it is removed only when no live process has it open or mapped. Files
-that any other process may have created are never touched.
+that any other process may have created are never touched, with one exception: a Python
+``multiprocessing`` semaphore (``sem.mp-*``) that appeared while the tree ran and that no live process
+uses is garbage whoever made it (:func:`new_python_semaphores`), and is removed when the tree stops.
 
 A tree killed from outside (its harness SIGKILLed, say) is cleaned up later from its pid file
 (:mod:`systems.launch.pidfile`): the files attributed to it by that rule when it became ready are
@@ -63,6 +65,21 @@ def files_used_by(pids: Iterable[int], shm_dir: Path = SHM_DIR) -> set[Path]:
 def live_pids() -> list[int]:
     """Every process id on this host (from /proc)."""
     return [int(entry.name) for entry in os.scandir("/proc") if entry.name.isdigit()]
+
+
+PYTHON_SEMAPHORE_PREFIX = "sem.mp-"  # multiprocessing's named semaphores (SemLock, spawn/forkserver)
+
+
+def new_python_semaphores(existed_before: frozenset[str], shm_dir: Path = SHM_DIR) -> set[Path]:
+    """Python ``multiprocessing`` semaphores in ``shm_dir`` that were not there at ``existed_before``.
+
+    Such a file is only ever created by a process that keeps it open until its finalizer unlinks it (or,
+    when that process is killed, until its resource tracker does). One that no live process uses is
+    therefore garbage: a tree whose resource tracker was killed with it (SIGKILL from outside, or after
+    the stop's grace period) leaves these behind without ever having them mapped when we looked. The
+    caller removes only those that no live process has open or mapped."""
+    return {shm_dir / name for name in snapshot(shm_dir) - existed_before
+            if name.startswith(PYTHON_SEMAPHORE_PREFIX)}
 
 
 def remove_leftovers(candidates: Iterable[Path], existed_before: frozenset[str]) -> list[Path]:

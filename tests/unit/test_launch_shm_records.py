@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import sys
+import time
 
 from systems.launch import shm
+from systems.launch.processes import ManagedProcess
 
 
 def test_remove_recorded_removes_exactly_the_unused_same_files(tmp_path):
@@ -48,3 +51,27 @@ def test_inodes_skips_missing_files_and_directories(tmp_path):
     (tmp_path / "d").mkdir()
     (tmp_path / "f").write_bytes(b"")
     assert set(shm.inodes([tmp_path / "d", tmp_path / "f", tmp_path / "missing"])) == {tmp_path / "f"}
+
+
+
+def test_semaphores_a_killed_tree_leaves_are_removed_at_stop_unless_in_use(tmp_path):
+    # a tree whose resource tracker dies with it leaves multiprocessing semaphores it was never seen mapping
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir()
+    (shm_dir / "sem.mp-before").write_bytes(b"x")  # there before the tree started: never touched
+    script = ("import pathlib, sys; d = pathlib.Path(sys.argv[1]); "
+              "[(d / n).write_bytes(b'x') for n in ('sem.mp-leaked', 'sem.mp-held', 'psm_unattributed')]")
+    proc = ManagedProcess("semaphores", runtime_dir=tmp_path / "run", shm_dir=shm_dir)
+    try:
+        proc.start([sys.executable, "-c", script, str(shm_dir)], log_path=tmp_path / "log")
+        deadline = time.monotonic() + 120
+        while not (shm_dir / "psm_unattributed").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with open(shm_dir / "sem.mp-held", "rb"):  # still used by a live process (this one)
+            proc.stop(grace_s=5.0)
+            left = sorted(p.name for p in shm_dir.iterdir())
+    finally:
+        proc.stop(grace_s=5.0)
+    assert left == ["psm_unattributed", "sem.mp-before", "sem.mp-held"]
+    # once nothing uses it, the next stop takes the held one too; the unattributed file stays
+    assert sorted(p.name for p in shm_dir.iterdir()) == ["psm_unattributed", "sem.mp-before"]
