@@ -6,17 +6,24 @@ naming the file, line or key, with exit status 2 and no traceback; the job folde
 ``summary.json`` with ``status: failed`` and the reason (a refused folder is left untouched). SIGTERM or
 SIGHUP during a job leaves ``status: failed`` with ``terminated by SIGTERM`` and exits with 128 + the
 signal number (143 for SIGTERM), as a shell reports a process the signal ended. Anything else is a bug
-and keeps its traceback. Messages and every log record (console, ``harness.log``, Hydra's own) are
+and keeps its traceback. Hydra's own errors about the command line or the config tree (an unknown key, a
+value of the wrong type, a missing group option) get the same one line and exit status 2: Hydra is told to
+raise them (``HYDRA_FULL_ERROR``) instead of printing several lines and exiting 1. Messages and every log record (console, ``harness.log``, Hydra's own) are
 redacted of secrets (:mod:`harness.redaction`), installed here before Hydra sets up logging.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+from types import TracebackType
+from typing import Optional
 
 import hydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
 from harness.app import context_from_hydra, run_job, signal_name
 from harness.config import register_configs
@@ -45,7 +52,36 @@ def main(cfg: DictConfig) -> None:
         sys.exit(exit_status(exc))
 
 
+def _raised_in_job(tb: Optional[TracebackType]) -> bool:
+    """Whether the traceback passes through :func:`harness.app.run_job` (then it is not a composition error)."""
+    while tb is not None:
+        if tb.tb_frame.f_code is run_job.__code__:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def composition_error(exc: BaseException) -> Optional[str]:
+    """One line for an error Hydra or OmegaConf raised while composing the config (None: not one)."""
+    if not isinstance(exc, HydraException | OmegaConfBaseException) or _raised_in_job(exc.__traceback__):
+        return None
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    first = lines[0] if lines else type(exc).__name__
+    cause = exc.__cause__
+    if cause is not None and str(cause).strip():
+        first = f"{first.rstrip('.')}; {str(cause).strip().splitlines()[0]}"
+    return first
+
+
 if __name__ == "__main__":
     install_log_redaction()
     register_configs()
-    main()
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # composition errors reach us; composition_error makes them one line
+    try:
+        main()
+    except Exception as exc:
+        message = composition_error(exc)
+        if message is None:
+            raise
+        print(redact_text(f"error: {message}"), file=sys.stderr)
+        sys.exit(2)
