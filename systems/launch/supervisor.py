@@ -5,7 +5,10 @@ a new session. The supervisor asks the kernel for a signal when its parent dies 
 via ``prctl``), then checks ``getppid()`` is still the harness (the harness may have died before the
 ``prctl``: then it exits without starting anything), starts the server in its own (the supervisor's)
 process group, waits for it and exits as it did (same exit code, or killed by the same signal), so the
-harness sees the server's status. The server itself gets ``PDEATHSIG=SIGKILL`` toward the supervisor.
+harness sees the server's status. It is also a child subreaper (``PR_SET_CHILD_SUBREAPER``): a process
+of the tree whose parent dies first (vLLM's workers when the engine core goes) becomes its child rather
+than PID 1's, and once the server has exited the supervisor stops what is left of the group and reaps
+every such child before it exits, so no zombie outlives the tree. The server itself gets ``PDEATHSIG=SIGKILL`` toward the supervisor.
 
 When the harness dies (the death signal; a once-a-second ``getppid()`` check backs it up), the
 supervisor stops the whole group: SIGTERM, the grace period, SIGKILL for what is left; this reaches
@@ -41,6 +44,7 @@ if __package__ in (None, ""):  # run as a script: make the suite importable with
 from systems.launch import groups, pidfile, shm  # noqa: E402
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 DEATH_SIGNAL = signal.SIGUSR1
 CHECK_INTERVAL_S = 1.0
 SCRIPT = Path(__file__).resolve()
@@ -57,6 +61,43 @@ def set_parent_death_signal(sig: int) -> bool:
         return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def set_child_subreaper() -> bool:
+    """Make orphaned descendants (vLLM's workers when their engine core dies first) this process's children,
+    so it reaps them instead of leaving zombies for PID 1; False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _reap_descendants(grace_s: float) -> None:
+    """Once the server has exited: SIGTERM what is left of the group, SIGKILL it after ``grace_s``, and reap
+    every child (orphans this subreaper adopted) until none is left or a bounded wait ends."""
+    me = os.getpid()
+    deadline = time.monotonic() + grace_s
+    terminated = killed = False
+    while True:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return  # no child left
+        left = set(groups.group_members(os.getpgrp())) - {me}
+        if left and not terminated:
+            groups.signal_group(os.getpgrp(), signal.SIGTERM)  # this process ignores it
+            terminated = True
+        elif left and not killed and time.monotonic() >= deadline:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            killed = True
+        elif time.monotonic() >= deadline + 10.0:
+            _log(f"children still running {grace_s + 10:g} s after the server exited; leaving them")
+            return
+        time.sleep(0.05)
 
 
 def supervisor_command(cmd: list[str], parent_pid: int, grace_s: float, pid_file: Optional[Path],
@@ -132,6 +173,7 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     signal.signal(DEATH_SIGNAL, check_parent)
     set_parent_death_signal(DEATH_SIGNAL)
+    set_child_subreaper()
     if os.getppid() != args.parent:  # the harness died before the prctl took effect
         _log(f"harness pid {args.parent} is gone before the start; not starting {cmd[0]}")
         sys.exit(1)
@@ -151,6 +193,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         _tear_down(os.getpgrp(), child, args.grace, args.pid_file, args.shm_dir)
         os._exit(1)
     signal.setitimer(signal.ITIMER_REAL, 0, 0)
+    _reap_descendants(args.grace)
     _exit_like(code)
 
 

@@ -170,3 +170,20 @@ def test_stop_reaches_the_server_under_the_supervisor(tmp_path):
         assert not procfs.is_running(server)
     finally:
         proc.stop(grace_s=0.1)
+
+
+def test_an_orphan_of_the_tree_is_stopped_and_reaped_before_the_supervisor_exits(tmp_path):
+    # the server leaves a grandchild behind and exits (as vLLM's workers outlive a dead engine core): the
+    # supervisor adopts it (child subreaper), stops it and reaps it, so no process or zombie outlives the tree
+    server = ("import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+              "print('orphan', c.pid, flush=True)")
+    proc = ManagedProcess("orphaning", runtime_dir=tmp_path / "rt").start([sys.executable, "-c", server],
+                                                                          log_path=tmp_path / "o.log")
+    try:
+        assert wait_until(lambda: "orphan " in proc.tail_log(), 120), proc.tail_log()
+        orphan = int(proc.tail_log().split("orphan ")[-1].split()[0])
+        assert wait_until(lambda: not proc.alive(), 120), proc.tail_log()
+        assert proc.returncode == 0  # the server's own status, mirrored
+        assert not Path(f"/proc/{orphan}").exists()  # stopped and reaped, not a zombie left to PID 1
+    finally:
+        proc.stop(grace_s=0.1)
