@@ -259,6 +259,9 @@ def test_tiny_end_to_end_run(tmp_path):
     requests = pd.read_parquet(tmp_path / "requests.parquet")
     assert len(requests) == 40 and set(requests["design"]) == {"splitwise_ha"}
     assert set(result.metrics["chosen"]) == {"azure_code/power/splitwise_ha"}
+    # the chosen split is assessed: 40 requests are fewer than the preset's validity.min_requests (1,000)
+    assert power["valid"].tolist() == [False] and "1000" in power["validity_reasons"].iloc[0]
+    assert result.validity["valid"] is False and set(result.validity["chosen"]) == {"azure_code/power/splitwise_ha"}
     assert result.files["study"] == "study.csv"
     sens = pd.read_csv(tmp_path / "sensitivity.csv")  # the scenario: power only, its own search
     assert set(sens["scenario"]) == {"timing"} and set(sens["budget"]) == {"power"}

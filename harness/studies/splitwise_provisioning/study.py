@@ -1,6 +1,8 @@
 """The Splitwise provisioning study's orchestration: compose every design on every trace, bisect each
 candidate split for its highest passing rate (:mod:`.search`), choose the best per design and write the
-tables; then the same for each sensitivity scenario (``study.params.scenarios``)."""
+tables; then the same for each sensitivity scenario (``study.params.scenarios``). Each chosen split at
+its highest passing rate (the point the claims read) is assessed against ``validity``: ``valid`` and
+``validity_reasons`` in ``study.csv``, every block in ``summary.json``."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from harness.studies.splitwise_provisioning.search import (
 )
 from harness.studies.splitwise_provisioning.slowdown import reference_model
 from harness.studies.variants import compose_variant, job_overrides
+from harness.validity import assess_validity, combine_validity
 
 __all__ = ["at_rate", "choose", "plan_traces", "run_splitwise_provisioning", "unit_rate_requests"]
 
@@ -133,18 +136,26 @@ def run_splitwise_provisioning(cfg: Config, folder: RunFolder) -> JobResult:
     start = time.perf_counter()
     run = ProvisioningRun(params, machines)
     table = _provision(cfg, params, plans, run, budget_machine)
-    folder.write_table(STUDY_FILE, table)
     files = {"study": STUDY_FILE, "probes": PROBES_FILE}
     probes = list(run.probes)
     n_sims, sim_wall = run.n_simulations, run.sim_wall_s
     frames = []
+    validities: dict[str, dict[str, Any]] = {}
+    table["valid"], table["validity_reasons"] = None, None
     for index in table.index[table["chosen"]]:
         rate = float(table.at[index, "max_rate_rps"])
         if rate > 0:
-            frame = records_frame(run.records_of(int(index), rate))
+            records = run.records_of(int(index), rate)
+            # the chosen split at its highest passing rate: the point the claims are computed from
+            validity = assess_validity(records, {}, cfg.validity, offered_rate_rps=rate)
+            validities["/".join(str(table.at[index, k]) for k in ("trace", "budget", "design"))] = validity
+            table.at[index, "valid"] = validity["valid"]
+            table.at[index, "validity_reasons"] = "; ".join(validity["reasons"])
+            frame = records_frame(records)
             for i, key in enumerate(("trace", "budget", "design", "split")):
                 frame.insert(i, key, table.at[index, key])
             frames.append(frame)
+    folder.write_table(STUDY_FILE, table)
     if frames:
         folder.write_table(REQUESTS_FILE, pd.concat(frames, ignore_index=True))
         files["requests"] = REQUESTS_FILE
@@ -167,7 +178,8 @@ def run_splitwise_provisioning(cfg: Config, folder: RunFolder) -> JobResult:
     if sensitivity:
         metrics["sensitivity"] = {s.name: _chosen_summary(t, params.reference_design)
                                   for s, t in zip(params.scenarios, sensitivity, strict=True)}
-    return JobResult(metrics=metrics, files=files, tables=tables)
+    return JobResult(metrics=metrics, validity=combine_validity(validities, kind="chosen"), files=files,
+                     tables=tables)
 
 
 def _chosen_summary(table: pd.DataFrame, ref: str) -> dict[str, dict[str, Any]]:
