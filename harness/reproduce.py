@@ -53,7 +53,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (  # minutes: measured on 2 shared cores, 
                quiet="engine.load.progress=false"),
     Experiment("mooncake_capacity_rate", "ours, not FAST'25's metric: Mooncake vs vLLM rate capacity (8.4 GB peak)",
                5.5, full_only=True),
-    Experiment("splitwise_provisioning_full", "Splitwise at paper scale: full-hour traces, paper-size clusters", 45.0,
+    Experiment("splitwise_provisioning_full", "Splitwise at paper scale: full-hour traces, paper-size clusters", 78.0,
                full_only=True),
 )
 
