@@ -31,7 +31,7 @@ import pandas as pd
 from figures.claims import CLAIMS
 from figures.claims.base import DIRECTION, FAILS, MAGNITUDE_BAND, MATCHES, Claim, MissingData, Outcome
 from figures.study_tables import JobFolder, finished_jobs
-from figures.style import write_atomically
+from harness.atomic_files import write_atomically
 from harness.records import block_reasons
 from harness.result_files import REPORT_FILE, STUDY_FILE
 

@@ -1,16 +1,12 @@
 """Shared figure set-up: a non-interactive backend, one seaborn theme, and the save routine that
 writes a PNG together with the exact data it plotted.
 
-Both files are written atomically (:func:`write_atomically`: a temporary name in the same folder,
-fsynced, then ``os.replace``), so a redraw that fails or is killed never leaves a half-written PNG or
-CSV, nor a figure beside the data of another run. (``figures`` may not import ``harness.results``, which
-does the same for the job's tables.)"""
+Both files are written atomically (:func:`harness.atomic_files.write_atomically`: a temporary name in
+the same folder, fsynced, then ``os.replace``), so a redraw that fails or is killed never leaves a
+half-written PNG or CSV, nor a figure beside the data of another run."""
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -21,36 +17,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from harness.atomic_files import write_atomically  # noqa: E402
 from harness.result_files import FIGURES_DIR  # noqa: E402
 
 
 def apply_theme() -> None:
     sns.set_theme(context="paper", style="whitegrid", palette="colorblind")
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomically(path: Path, write: Callable[[Path], None]) -> Path:
-    """Write ``path`` through ``write(tmp)`` on a temporary name in its folder, fsync it, move it into place
-    and fsync the folder."""
-    path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        write(tmp)
-        _fsync(tmp)
-        os.replace(tmp, path)
-        _fsync(path.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
 
 
 def save_figure(fig: plt.Figure, data: pd.DataFrame, job_dir: Path, name: str) -> list[Path]:

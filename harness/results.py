@@ -11,14 +11,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from harness.atomic_files import write_atomically
 from harness.records import RequestRecord, RequestStatus, RunSummary
 from harness.redaction import redact
 from harness.result_files import REQUESTS_FILE, SUMMARY_FILE
@@ -26,30 +25,9 @@ from harness.result_files import REQUESTS_FILE, SUMMARY_FILE
 _RECORD_FIELDS = [f.name for f in dataclasses.fields(RequestRecord)]
 
 
-def _fsync_path(path: Path) -> None:
-    """Flush a file's (or a folder's: its entries') data to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
-    """Write ``path`` through ``write(tmp)`` on a temporary name in the same folder: the temporary file is
-    fsynced, moved into place with ``os.replace``, and the folder is fsynced so the new name is durable."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        write(tmp)
-        _fsync_path(tmp)
-        os.replace(tmp, path)
-        _fsync_path(path.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    """Write ``path`` through ``write(tmp)``, atomically and durably (:mod:`harness.atomic_files`)."""
+    return write_atomically(path, write)
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

@@ -4,7 +4,7 @@ Layers, bottom to top: ``workloads`` (what is sent), then ``systems`` (what is d
 (plotting, which reads results only), then ``harness`` (the composition root, which may import all).
 A module may import its own package and the packages below it, never one above or beside it. The one
 exception is a short list of shared vocabulary modules in ``harness`` that import nothing of the suite
-(the record types, the user-error base class, the result file names): every package may import those.
+(the record types, the user-error base class, the result file names, atomic writes): every package may import those.
 Imports inside functions count as much as those at the top of a module.
 """
 
@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RANKS = {"workloads": 0, "systems": 1, "figures": 1, "harness": 2}
-SHARED = frozenset({"harness.errors", "harness.records", "harness.result_files"})
+SHARED = frozenset({"harness.atomic_files", "harness.errors", "harness.records", "harness.result_files"})
 
 Graph = dict[str, set[str]]
 
