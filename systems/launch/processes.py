@@ -36,6 +36,7 @@ from systems.launch.supervisor import supervisor_command
 logger = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 50
+SURVIVOR_WAIT_S = 60.0  # after SIGKILL and its 10 s: how much longer a stop waits before judging shared memory
 
 
 class ServerStartError(UserError, RuntimeError):
@@ -169,8 +170,11 @@ class ManagedProcess:
         pgid = self.pgid
         members = _group_members(pgid)
         shm_files = shm.files_used_by(members, self.shm_dir) if self.clean_shm and members else set()
-        if members:
-            groups.stop_group(pgid, grace_s, self.name, reap=self._popen.poll)
+        stopped = not members or groups.stop_group(pgid, grace_s, self.name, reap=self._popen.poll)
+        # a process in uninterruptible sleep outlives SIGKILL for a while (seen once: a vLLM prefill instance
+        # after its pool node was killed); its shared memory is only judged once it is gone
+        if not stopped and groups.wait_group_gone(pgid, time.monotonic() + SURVIVOR_WAIT_S, self._popen.poll):
+            logger.info("%s: group %d gone after the extra wait", self.name, pgid)
         try:
             code = self._popen.wait(timeout=10.0)
         except subprocess.TimeoutExpired:
