@@ -467,6 +467,23 @@ def best_plan(prefills: Sequence[PhaseResult], decodes: Sequence[PhaseResult], g
     return max(usable, key=lambda q: _plan_key(q, objective)) if usable else None
 
 
+def layout_check(sim: PlacementSimulator, unsupported: Optional[Callable[[Parallelism], Optional[str]]] = None
+                 ) -> Callable[[Parallelism], Optional[str]]:
+    """Why a layout cannot be searched (``unsupported``'s reason, else the performance model's), None if it can."""
+
+    def why_not(par: Parallelism) -> Optional[str]:
+        reason = unsupported(par) if unsupported is not None else None
+        if reason:
+            return reason
+        try:
+            sim.perf(par)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    return why_not
+
+
 def search_placement(sim: PlacementSimulator, gpus_per_node: int, nodes: int = 1,
                      settings: SearchSettings = SearchSettings(),
                      unsupported: Optional[Callable[[Parallelism], Optional[str]]] = None,
@@ -488,16 +505,7 @@ def search_placement(sim: PlacementSimulator, gpus_per_node: int, nodes: int = 1
     start = time.perf_counter()
     sims_before = sim.n_sims
 
-    def why_not(par: Parallelism) -> Optional[str]:
-        reason = unsupported(par) if unsupported is not None else None
-        if reason:
-            return reason
-        try:
-            sim.perf(par)
-        except ValueError as exc:
-            return str(exc)
-        return None
-
+    why_not = layout_check(sim, unsupported)
     layouts, skipped_layouts = enumerate_parallelism(gpus_per_node, nodes, why_not)
     skipped = [(phase, par, reason) for phase in PHASES for par, reason in skipped_layouts]
     for par, reason in skipped_layouts:

@@ -40,7 +40,7 @@ from typing import Optional
 import numpy as np
 
 from harness.records import RequestStatus
-from harness.studies.placement_algorithm import Parallelism, PlacementSimulator
+from harness.studies.placement_algorithm import Parallelism, PlacementSimulator, layout_check
 from systems.sim.cluster import PoolSetup
 from systems.sim.perf.base import ArrayLike, PerfModel
 from systems.sim.request import SimRequest
@@ -243,16 +243,7 @@ def search_pairs(sim: PlacementSimulator, gpus_per_node: int, settings: PairSett
     start = time.perf_counter()
     sims_before = sim.n_sims
 
-    def why_not(par: Parallelism) -> Optional[str]:
-        reason = unsupported(par) if unsupported is not None else None
-        if reason:
-            return reason
-        try:
-            sim.perf(par)
-        except ValueError as exc:
-            return str(exc)
-        return None
-
+    why_not = layout_check(sim, unsupported)
     pairs, skipped = enumerate_pairs(gpus_per_node, why_not)
     results = [bisect_pair(sim, pair, settings) for pair in pairs]
     passing = [r for r in results if r.per_gpu_rate > 0]
