@@ -54,6 +54,25 @@ class ParentGone(Exception):
     """The harness that started the supervisor is no longer its parent."""
 
 
+class ParentWatch:
+    """The signal handler (death signal, periodic alarm) that raises :class:`ParentGone` once the harness is
+    no longer the parent: once only, so a second signal landing while the tear-down begins cannot
+    interrupt it (that left a server tree running with no supervisor)."""
+
+    def __init__(self, parent_pid: int) -> None:
+        self.parent_pid = parent_pid
+        self.gone = False
+
+    def __call__(self, signum: int = 0, frame: Optional[FrameType] = None) -> None:
+        if self.gone:
+            return
+        if os.getppid() != self.parent_pid:
+            self.gone = True
+            raise ParentGone
+        if signum == DEATH_SIGNAL:  # only the harness thread that started this ended
+            _log(f"the thread that started this ended; harness pid {self.parent_pid} still runs, watching it")
+
+
 def set_parent_death_signal(sig: int) -> bool:
     """Ask Linux to send ``sig`` to this process when its parent (thread) dies; False where unsupported."""
     try:
@@ -165,12 +184,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     if not cmd:
         parser.error("no command given after --")
 
-    def check_parent(signum: int = 0, frame: Optional[FrameType] = None) -> None:
-        if os.getppid() != args.parent:
-            raise ParentGone
-        if signum == DEATH_SIGNAL:  # only the harness thread that started this ended
-            _log(f"the thread that started this ended; harness pid {args.parent} still runs, watching it")
-
+    check_parent = ParentWatch(args.parent)
     signal.signal(DEATH_SIGNAL, check_parent)
     set_parent_death_signal(DEATH_SIGNAL)
     set_child_subreaper()

@@ -187,3 +187,15 @@ def test_an_orphan_of_the_tree_is_stopped_and_reaped_before_the_supervisor_exits
         assert not Path(f"/proc/{orphan}").exists()  # stopped and reaped, not a zombie left to PID 1
     finally:
         proc.stop(grace_s=0.1)
+
+
+def test_the_parent_watch_raises_once_so_a_second_signal_cannot_interrupt_the_tear_down():
+    from systems.launch.supervisor import DEATH_SIGNAL, ParentGone, ParentWatch
+
+    watch = ParentWatch(parent_pid=os.getppid())
+    watch(DEATH_SIGNAL)  # the parent is still there: nothing happens
+    gone = ParentWatch(parent_pid=-1)  # as after the harness died
+    with pytest.raises(ParentGone):
+        gone(signal.SIGALRM)
+    gone(DEATH_SIGNAL)  # a second signal during the tear-down: no second exception
+    gone(signal.SIGALRM)
