@@ -8,7 +8,9 @@ per deployment, all from ``study.csv``:
 
 Failed variants are drawn as a labelled gap, never as zero. Invalid variants (``valid`` false in
 ``study.csv``: too short, behind schedule, tail not bounded... see ``docs/metrics.md``) are drawn greyed and
-hatched, with "INVALID: <first reason>" under their name and every reason in a note below the panels.
+hatched, with "INVALID: <first reason>" under their name and every reason in a note below the panels; a
+host-interference or overload reason (another process took CPU during the point, or the offered load exceeded
+what the system served) is named first, as it explains the others.
 Writes ``figures/disagg_comparison.png`` and the CSV of exactly what it plots (with ``valid``, the
 reasons and the tick ``label``).
 """
@@ -28,6 +30,8 @@ from harness.result_files import STUDY_FILE
 FIGURE_NAME = "disagg_comparison"
 INVALID = "INVALID"
 _LABEL_REASON_CHARS = 38  # first reason, cut to this length, under the variant's name
+# reasons that explain the others (harness/validity.py): shown under the name before any other
+_ROOT_CAUSES = ("host interference", "overloaded")
 
 
 def _is_valid(value: object) -> bool:
@@ -40,10 +44,12 @@ def _is_valid(value: object) -> bool:
 
 
 def variant_label(variant: str, valid: bool, reasons: str) -> str:
-    """Tick label: the variant, and for an invalid one "INVALID: <first reason, shortened>" below it."""
+    """Tick label: the variant, and for an invalid one "INVALID: <first reason, shortened>" below it (a
+    host-interference or overload reason before any other)."""
     if valid:
         return variant
-    first = str(reasons or "no reason recorded").split("; ")[0]
+    split = str(reasons or "no reason recorded").split("; ")
+    first = next((r for r in split if any(cause in r for cause in _ROOT_CAUSES)), split[0])
     short = first if len(first) <= _LABEL_REASON_CHARS else first[: _LABEL_REASON_CHARS - 3] + "..."
     return f"{variant}\n{INVALID}: {short}"
 

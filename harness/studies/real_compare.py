@@ -71,6 +71,14 @@ def _row(label: str, vcfg: Config, metrics: dict[str, Any], requests: pd.DataFra
     if validity is not None:
         row["valid"] = bool(validity.get("valid", False))
         row["validity_reasons"] = "; ".join(block_reasons(validity)) if not row["valid"] else ""
+    # host interference and overload of the measured point(s) (harness/host_load.py; the worst point of a sweep)
+    parts = [validity or {}, *((validity or {}).get("points") or [])]
+    hosts = [p.get("host_load") or {} for p in parts]
+    overloads = [p.get("overload") or {} for p in parts if (p.get("overload") or {}).get("checked")]
+    for column in ("outside_cpu_share", "steal_share"):
+        values = [float(h[column]) for h in hosts if isinstance(h.get(column), (int, float)) and h[column] == h[column]]
+        row[column] = max(values) if values else math.nan
+    row["overloaded"] = any(bool(o.get("overloaded")) for o in overloads) if overloads else None
     row.update({k: metrics.get(f"engine_{k}") for k in _ENGINE_KEPT})
     if row["local_hit_rate"] is None and row["prefix_hit_rate"] is not None:  # colocated: every hit is local
         row["local_hit_rate"], row["pool_hit_rate"] = row["prefix_hit_rate"], 0.0

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
+from systems.launch.affinity import parse_cpu_list, pin_threads
+from systems.launch.autogroup import set_autogroup_nice
 from systems.launch.ports import LOOPBACK, ensure_port_free
 from systems.launch.processes import (
     ManagedProcess,
@@ -209,11 +211,24 @@ class VllmServer:
             Path(env[key]).mkdir(parents=True, exist_ok=True)
         self.process.start(server_command(self.spec), env=env, log_path=self.log_path,
                            cwd=server_dir(self.spec, self.run_dir), extra_env=self.spec.extra_env)
+        if self.spec.nice > 0:  # the server runs in a session of its own: make its nice count across sessions
+            set_autogroup_nice(self.process.pid, self.spec.nice)
         return self
 
     def wait_ready(self, timeout_s: float = 600.0) -> float:
         """Block until ``/health`` answers 200; returns the seconds waited (``ServerStartError`` otherwise)."""
         return wait_http_ready(self.process, f"{self.url}/health", timeout_s)
+
+    def pin_to_cores(self) -> int:
+        """CPU servers with ``cpu_omp_threads_bind``: bind every thread of the server (API server, engine core,
+        worker) to those cores, not only vLLM's OpenMP threads, so its busy-polling takes only from its own
+        cores (``systems/launch/affinity.py``). Returns the threads bound (0 when nothing is to be done)."""
+        if self.spec.device != "cpu" or not self.spec.cpu_omp_threads_bind:
+            return 0
+        cores = parse_cpu_list(self.spec.cpu_omp_threads_bind)
+        pinned = pin_threads(self.process.group_pids(), cores)
+        logger.info("%s: %d threads bound to core(s) %s", self.spec.name, pinned, self.spec.cpu_omp_threads_bind)
+        return pinned
 
     def reset_prefix_cache(self, reset_external: bool = False) -> bool:
         """Drop the server's prefix cache (``POST /reset_prefix_cache``); False if vLLM refused
@@ -273,6 +288,7 @@ def launch_vllm_servers(specs: Sequence[VllmServerSpec], run_dir: Path,
         for server in servers:
             waited = server.wait_ready(max(1.0, deadline - time.monotonic()))
             logger.info("%s: ready at %s (%.1f s)", server.spec.name, server.url, waited)
+            server.pin_to_cores()
         yield servers
     finally:
         for server in reversed(servers):

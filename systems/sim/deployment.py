@@ -4,11 +4,16 @@ Opening the deployment checks the configuration and builds the performance model
 (:class:`~systems.sim.simulation.SimulatedCluster`, the path every simulation takes), so an impossible
 deployment fails before any point runs. Each point is one simulation with fresh policies; its
 ``RequestRecord``s go through the same metrics as a real run. Per-instance load samples go to
-``load.csv`` (one row per instance and sampling time, with the point index).
+``load.csv`` (one row per instance and sampling time, with the point index). With
+``engine.perf_model=fitted`` a point whose prompts or contexts are longer than the profile measured is
+refused before it is simulated (``ConfigError``: the fits would be extrapolated), and every request reaches
+the cluster the profile's measured request overhead after its send (HTTP, router, tokenization: time that
+adds to the TTFT without occupying an instance); the records keep the send as their clock's start.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -17,7 +22,9 @@ import pandas as pd
 
 from harness.result_files import LOAD_FILE
 from systems.contract import DeploymentConfig, EngineResult, JobFolder
+from systems.sim.perf.profile_file import check_coverage
 from systems.sim.simulation import SimulatedCluster
+from systems.topology import topology_of
 from workloads.base import WorkloadRequests
 
 log = logging.getLogger(__name__)
@@ -44,9 +51,17 @@ class SimDeployment:
         return None
 
     def run_point(self, requests: WorkloadRequests, folder: JobFolder) -> EngineResult:
+        self.check_coverage(requests)
         start = time.perf_counter()
-        setup, run = self.cluster.run(requests.specs, progress=self.cfg.engine.progress)
+        overhead = self._request_overhead_s()
+        specs = requests.specs
+        if overhead > 0:  # each request reaches the engine's queue that much after its send
+            specs = tuple(dataclasses.replace(s, arrival_s=s.arrival_s + overhead) for s in specs)
+        setup, run = self.cluster.run(specs, progress=self.cfg.engine.progress)
         records = run.records()
+        if overhead > 0:  # ... and the client's clock started at the send
+            records = tuple(dataclasses.replace(r, arrival_s=r.arrival_s - overhead, sent_s=r.sent_s - overhead)
+                            for r in records)
         wall = time.perf_counter() - start
         log.info("simulated %d requests (%.0f s of cluster time, %d events) in %.2f s wall", len(records),
                  run.info["simulated_s"], run.info["events"], wall)
@@ -57,6 +72,22 @@ class SimDeployment:
             folder.write_table(LOAD_FILE, pd.concat(self._load_frames, ignore_index=True))
         self._points += 1
         return EngineResult(records=records, n_gpus=setup.n_gpus, info={**run.info, "wall_s": wall})
+
+    def _request_overhead_s(self) -> float:
+        """A fitted profile's measured request overhead for this system's request path (0 otherwise)."""
+        profile = self.cluster.profile
+        if profile is None:
+            return 0.0
+        return profile.overhead_s(topology_of(self.cfg.system.name).disaggregated)
+
+    def check_coverage(self, requests: WorkloadRequests) -> None:
+        """A fitted profile must have measured prompts and decode contexts as long as the workload's."""
+        profile = self.cluster.profile
+        if profile is None or not requests.specs:
+            return
+        check_coverage(profile, max(s.input_length for s in requests.specs),
+                       max(s.input_length + s.output_length for s in requests.specs),
+                       where=f"workload {self.cfg.workload.name}")
 
     def check_health(self) -> None:
         return None

@@ -4,7 +4,10 @@
 :class:`SimulatedCluster` plans the pools of ``cfg.system`` with the shapes in ``cfg.engine`` and builds
 their performance models once, checking what only the simulator knows: a known hardware type per pool,
 a model that fits its TP x PP group, a known link (and, again, the GPU budget of
-:mod:`systems.gpu_budget` for configs that studies build in code). The system's
+:mod:`systems.gpu_budget` for configs that studies build in code). With ``engine.perf_model=fitted`` it
+reads ``engine.profile`` once, checks it was measured on this host's CPU model with this model
+(``engine.profile_check``), and gives every pool the fitted model; ``engine.kv_link=profile`` is then the
+profile's fitted KV transfer. The system's
 roles and router were checked with the config (:mod:`systems.topology`). Each simulation then gets a
 fresh :class:`~systems.sim.cluster.ClusterSetup` (new policy objects).
 """
@@ -25,8 +28,10 @@ from systems.hardware_catalog import load_hardware
 from systems.policies import build_policy
 from systems.policies.pd import PDScheduler
 from systems.sim.cluster import ROLES, Cluster, ClusterSetup, KVPoolSetup, PoolSetup, SimRun
-from systems.sim.links import get_link
+from systems.sim.links import LINKS, LinkSpec, get_link
 from systems.sim.perf.base import InstanceShape, PerfModel
+from systems.sim.perf.fitted import PROFILE_LINK, profile_link
+from systems.sim.perf.profile_file import PerfProfile, check_profile_matches, host_cpu_model, load_profile
 from systems.sim.perf.registry import build_perf_model
 from systems.topology import canonical_router, topology_of
 
@@ -71,10 +76,35 @@ DISTSERVE_PROFILE_OF_SYSTEM = {"vllm_baseline": "vllm"}
 
 def perf_model_params(cfg: DeploymentConfig) -> dict[str, Any]:
     """Constructor parameters of ``cfg``'s performance model that depend on the system: with
-    ``engine.perf_model=distserve``, which engine's profile times it (vLLM's for ``vllm_baseline``)."""
+    ``engine.perf_model=distserve``, which engine's profile times it (vLLM's for ``vllm_baseline``); with
+    ``fitted``, the profile file and whether it must match this host and model."""
     if cfg.engine.perf_model == "distserve":
         return {"engine": DISTSERVE_PROFILE_OF_SYSTEM.get(cfg.system.name, "distserve")}
+    if cfg.engine.perf_model == "fitted":
+        return {"profile": cfg.engine.profile, "profile_check": cfg.engine.profile_check}
     return {}
+
+
+def read_profile(cfg: DeploymentConfig) -> PerfProfile:
+    """``engine.profile``, read; ``ConfigError`` starting with the key when it is unset, missing or malformed."""
+    if not cfg.engine.profile:
+        raise ConfigError("engine.profile: engine.perf_model=fitted needs the path of a profile JSON (written by "
+                          "python -m harness experiment=calibrate_cpu); got none")
+    try:
+        return load_profile(cfg.engine.profile)
+    except ConfigError as exc:
+        raise ConfigError(f"engine.profile: {exc}") from exc
+
+
+def load_fitted_profile(cfg: DeploymentConfig) -> Optional[PerfProfile]:
+    """With ``engine.perf_model=fitted``, ``engine.profile`` read and matched against this host's CPU model and
+    ``cfg.model`` (a ``ConfigError`` naming both sides, or with ``engine.profile_check=false`` a logged
+    warning); ``None`` for the other performance models."""
+    if cfg.engine.perf_model != "fitted":
+        return None
+    profile = read_profile(cfg)
+    check_profile_matches(profile, cfg.model, host_cpu_model(), cfg.engine.profile_check)
+    return profile
 
 
 def peer_timing_params(cfg: DeploymentConfig) -> dict[str, str]:
@@ -83,10 +113,15 @@ def peer_timing_params(cfg: DeploymentConfig) -> dict[str, str]:
     return {"iteration_overhead": cfg.engine.iteration_overhead, "token_phase_timing": cfg.engine.token_phase_timing}
 
 
-def build_perf_models(cfg: DeploymentConfig, plans: list[PoolPlan]) -> dict[str, PerfModel]:
-    """One performance model per pool role; ``ConfigError`` when the model does not fit or is not profiled."""
+def build_perf_models(cfg: DeploymentConfig, plans: list[PoolPlan],
+                      profile: Optional[PerfProfile] = None) -> dict[str, PerfModel]:
+    """One performance model per pool role; ``ConfigError`` when the model does not fit or is not profiled.
+    ``profile``: ``engine.profile`` already read (and matched) by :func:`load_fitted_profile`, for
+    ``engine.perf_model=fitted``; read from the file when not given."""
     models = {}
     params = {**perf_model_params(cfg), **peer_timing_params(cfg)}
+    if profile is not None and cfg.engine.perf_model == "fitted":
+        params["profile"] = profile
     for p in plans:
         try:
             models[p.role] = build_perf_model(cfg.engine.perf_model, cfg.model, p.hardware, p.shape,
@@ -101,14 +136,35 @@ def _slo_s(value: Optional[float]) -> Optional[float]:
     return None if value is None else value / 1e3
 
 
-def build_setup(cfg: DeploymentConfig, plans: list[PoolPlan], perf: dict[str, PerfModel], seed: int = 0) -> ClusterSetup:
-    """A fresh ``ClusterSetup`` (new policy objects) for one simulation."""
+def kv_link_of(cfg: DeploymentConfig, profile: Optional[PerfProfile] = None) -> LinkSpec:
+    """The P->D link ``engine.kv_link`` names: one of :data:`~systems.sim.links.LINKS`, or ``profile``, the
+    fitted KV transfer of ``engine.profile`` (``profile``: the file already read; read here when not given)."""
+    name = cfg.engine.kv_link
+    if name != PROFILE_LINK:
+        try:
+            return get_link(name)
+        except ValueError as exc:
+            raise ConfigError(f"engine.kv_link: {exc}; or {PROFILE_LINK} (the KV transfer fitted in "
+                              f"engine.profile, with engine.perf_model=fitted)") from exc
+    if cfg.engine.perf_model != "fitted":
+        raise ConfigError(f"engine.kv_link: {PROFILE_LINK!r} is the fitted KV transfer of engine.profile, which "
+                          f"needs engine.perf_model=fitted; got engine.perf_model={cfg.engine.perf_model}")
+    profile = profile if profile is not None else read_profile(cfg)
+    link = profile_link(profile)
+    if link is None:
+        raise ConfigError(f"engine.kv_link: profile {profile.label} has no fitted kv_transfer (the calibration "
+                          f"measured no KV transfers); choose a link ({', '.join(sorted(LINKS))}) or calibrate "
+                          f"with KV transfers")
+    return link
+
+
+def build_setup(cfg: DeploymentConfig, plans: list[PoolPlan], perf: dict[str, PerfModel], seed: int = 0,
+                profile: Optional[PerfProfile] = None) -> ClusterSetup:
+    """A fresh ``ClusterSetup`` (new policy objects) for one simulation; ``profile`` is ``engine.profile``
+    already read (for ``engine.kv_link=profile``; read from the file when needed and not given)."""
     system, engine = cfg.system, cfg.engine
     pools = tuple(PoolSetup(p.role, p.count, p.shape, perf[p.role], p.hardware) for p in plans)
-    try:
-        kv_link = get_link(engine.kv_link)
-    except ValueError as exc:
-        raise ConfigError(f"engine.kv_link: {exc}") from exc
+    kv_link = kv_link_of(cfg, profile)
     tbt = cfg.slo.tbt_ms if cfg.slo.tbt_ms is not None else cfg.slo.tpot_ms
     topology = topology_of(system.name)
     policy = canonical_router(system.name, system.router)
@@ -148,7 +204,9 @@ class SimulatedCluster:
     def __init__(self, cfg: DeploymentConfig) -> None:
         self.cfg = cfg
         self.plans = plan_pools(cfg)
-        self.perf = build_perf_models(cfg, self.plans)
+        self.profile = load_fitted_profile(cfg)  # None unless engine.perf_model=fitted
+        self.perf = build_perf_models(cfg, self.plans, self.profile)
+        kv_link_of(cfg, self.profile)  # an unknown link (or a profile without a KV transfer) fails here, not per run
 
     @property
     def n_gpus(self) -> int:
@@ -156,7 +214,7 @@ class SimulatedCluster:
 
     def setup(self, **changes: Any) -> ClusterSetup:
         """A fresh set-up (new policy objects), with ``changes`` to its fields."""
-        setup = build_setup(self.cfg, self.plans, self.perf, seed=self.cfg.seed)
+        setup = build_setup(self.cfg, self.plans, self.perf, seed=self.cfg.seed, profile=self.profile)
         return dataclasses.replace(setup, **changes) if changes else setup
 
     def run(self, specs: Sequence[RequestSpec], progress: bool = False, **changes: Any) -> tuple[ClusterSetup, SimRun]:

