@@ -154,8 +154,17 @@ class CalibrateConfig:
                               f"got {self.decode_tokens}")
         if self.repeats < 1:
             raise ConfigError(f"calibrate.repeats: must be >= 1, got {self.repeats}")
-        if self.kv_transfer and not self.transfer_lengths:
-            raise ConfigError("calibrate.transfer_lengths: needs at least one length when calibrate.kv_transfer is true")
+        # enough distinct measurements for each fit: a coefficient each, plus one (repeats of a prefill or decode
+        # cell are reduced to their median; every KV transfer is a sample of its own)
+        if len(set(self.prompt_lengths)) < 3:
+            raise ConfigError(f"calibrate.prompt_lengths: the prefill fit needs at least 3 different lengths, got "
+                              f"{list(self.prompt_lengths)}")
+        if len(set(self.decode_contexts)) * len(set(self.decode_batches)) < 4:
+            raise ConfigError("calibrate.decode_contexts x calibrate.decode_batches: the decode fit needs at least 4 "
+                              f"cells, got {list(self.decode_contexts)} x {list(self.decode_batches)}")
+        if self.kv_transfer and len(self.transfer_lengths) * self.repeats < 3:
+            raise ConfigError("calibrate.transfer_lengths x calibrate.repeats: the KV-transfer fit needs at least 3 "
+                              f"transfers, got {len(self.transfer_lengths)} length(s) x {self.repeats} repeat(s)")
 
 
 @dataclass

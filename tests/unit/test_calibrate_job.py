@@ -119,8 +119,11 @@ def test_token_budget_follows_the_engine_arguments(compose) -> None:
 
 
 def test_calibrate_settings_are_checked(compose) -> None:
-    for bad, match in (("calibrate.decode_tokens=2", "decode_tokens"), ("calibrate.repeats=0", "repeats"),
-                       ("calibrate.prompt_lengths=[0]", "prompt_lengths")):
+    for bad, match in ((["calibrate.decode_tokens=2"], "decode_tokens"), (["calibrate.repeats=0"], "repeats"),
+                       (["calibrate.prompt_lengths=[0]"], "prompt_lengths"),
+                       (["calibrate.prompt_lengths=[64,128,64]"], "at least 3 different lengths"),
+                       (["calibrate.decode_batches=[1]", "calibrate.decode_contexts=[128,512,1024]"], "at least 4 cells"),
+                       (["calibrate.repeats=1", "calibrate.transfer_lengths=[256,512]"], r"2 length\(s\) x 1 repeat")):
         with pytest.raises(ConfigError, match=match):
-            compose(["experiment=calibrate_cpu", bad])
+            compose(["experiment=calibrate_cpu", *bad])
     assert not math.isnan(token_budget(compose(["experiment=calibrate_cpu"])))
