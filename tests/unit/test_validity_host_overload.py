@@ -24,7 +24,7 @@ from harness.slo import SLOConfig
 from harness.studies.real_compare import _row
 from harness.studies.variants import compose_variant
 from harness.validity import ValidityConfig, assess_validity, host_interference_reasons, overload_check
-from systems.contract import EngineResult
+from tests.unit.test_validity_surfaced import ScriptedDeployment
 
 NAN = float("nan")
 
@@ -198,32 +198,6 @@ def test_a_closed_loop_point_gets_no_overload_reason() -> None:
 
 # --- where it surfaces -----------------------------------------------------------------------------------
 
-
-class ScriptedDeployment:
-    """Serves every request in 50 ms TTFT and 10 ms per further token, on schedule."""
-
-    context_limit = 4096
-    kv_block_size = 16
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def run_point(self, requests, folder) -> EngineResult:
-        records = []
-        for spec in requests.specs:
-            chunks = tuple(spec.arrival_s + 0.05 + 0.01 * k for k in range(spec.output_length))
-            records.append(RequestRecord(
-                request_id=spec.request_id, status=RequestStatus.OK, arrival_s=spec.arrival_s,
-                sent_s=spec.arrival_s, first_token_s=chunks[0], finish_s=chunks[-1],
-                input_length=spec.input_length, output_length=spec.output_length, n_out=spec.output_length,
-                chunk_times_s=chunks, instance="fake0"))
-        return EngineResult(records=tuple(records), info={})
-
-    def check_health(self) -> None:
-        pass
 
 
 SMALL = ["workload.num_groups=2", "workload.prompts_per_group=5", "workload.shared_prefix_len=64",
