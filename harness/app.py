@@ -28,33 +28,30 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from harness import provenance
-from harness.calibrate.job import run_calibrate
-from harness.calibrate.sim_vs_real import run_sim_vs_real
 from harness.config import Config, validate
-from harness.folder_guard import guard_folder
-from harness.jobs import JobResult
+from harness.folder_guard import FolderInUse, guard_folder
+from harness.jobs import JobResult, LazyRunner
 from harness.records import RunSummary
 from harness.redaction import redact
-from harness.result_files import CONFIG_FILE, SUMMARY_FILE
+from harness.result_files import CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE
 from harness.results import RunFolder
-from harness.serve_job import run_serve
-from harness.studies.cache_hit import run_cache_study
-from harness.studies.dispatch import run_sim_study
-from harness.studies.real_compare import run_compare
+from harness.sweep.config_hash import config_hash
+from harness.sweep.resume import RERUN_STATES, JobState, conflict_message, folder_state
 from harness.tracking import publish
-from harness.workload_job import run_workload
 from systems.launch.processes import Terminated, sigterm_as_exception
 
 log = logging.getLogger(__name__)
 
+# each runner's module is imported when its job runs: a simulator run imports no real-engine, calibration or
+# study code (nor vLLM, aiohttp, W&B ... that those import)
 JOB_RUNNERS: Mapping[str, Callable[[Config, RunFolder], JobResult]] = MappingProxyType({
-    "serve": run_serve,
-    "cache_study": run_cache_study,
-    "workload": run_workload,
-    "sim_study": run_sim_study,
-    "compare": run_compare,
-    "calibrate": run_calibrate,
-    "sim_vs_real": run_sim_vs_real,
+    "serve": LazyRunner("harness.serve_job", "run_serve"),
+    "cache_study": LazyRunner("harness.studies.cache_hit", "run_cache_study"),
+    "workload": LazyRunner("harness.workload_job", "run_workload"),
+    "sim_study": LazyRunner("harness.studies.dispatch", "run_sim_study"),
+    "compare": LazyRunner("harness.studies.real_compare", "run_compare"),
+    "calibrate": LazyRunner("harness.calibrate.job", "run_calibrate"),
+    "sim_vs_real": LazyRunner("harness.calibrate.sim_vs_real", "run_sim_vs_real"),
 })
 
 
@@ -67,18 +64,21 @@ class JobContext:
     job: str
     choices: dict[str, str]
     overrides: list[str]
+    multirun: bool = False  # a job of a --multirun sweep: resumable (harness.sweep.resume)
 
 
 def context_from_hydra(cfg: DictConfig) -> JobContext:
     """Build the job context from the running Hydra job (its output dir is the results folder)."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     hydra_cfg = HydraConfig.get()
     out = Path(hydra_cfg.runtime.output_dir)
     choices = {k: str(v) for k, v in hydra_cfg.runtime.choices.items()
                if v is not None and not k.startswith("hydra")}
     return JobContext(folder=RunFolder(out), experiment=str(cfg.experiment_name), job=out.name,
-                      choices=choices, overrides=list(hydra_cfg.overrides.task))
+                      choices=choices, overrides=list(hydra_cfg.overrides.task),
+                      multirun=hydra_cfg.mode == RunMode.MULTIRUN)
 
 
 def figure_key(path: Path) -> str:
@@ -127,10 +127,45 @@ def failure_reason(exc: BaseException) -> str:
 
 def run_job(cfg: DictConfig, ctx: JobContext) -> RunSummary:
     """Validate, run, record and publish one job; re-raises after writing a failed summary. ``FolderInUse``
-    before anything is written when the folder holds results and ``overwrite`` is not set."""
-    guard_folder(ctx.folder.path, overwrite=bool(cfg.get("overwrite", False)), include_run_files=False)
+    before anything is written when the folder holds results and ``overwrite`` is not set. A sweep's job
+    (``ctx.multirun``) resumes instead (:mod:`harness.sweep.resume`): it returns the earlier summary when the
+    folder holds ``ok`` results for the same config hash, and runs again over a failed or killed one."""
+    digest = config_hash(OmegaConf.to_container(cfg, resolve=True))
+    overwrite = bool(cfg.get("overwrite", False))
+    if ctx.multirun:
+        kept = _resume(ctx, digest, overwrite)
+        if kept is not None:
+            return kept
+    guard_folder(ctx.folder.path, overwrite=overwrite, include_run_files=False)
     with sigterm_as_exception():
-        return _run_job(cfg, ctx)
+        return _run_job(cfg, ctx, digest)
+
+
+def _resume(ctx: JobContext, digest: str, overwrite: bool) -> RunSummary | None:
+    """A sweep job's earlier results: the summary to keep (skip the job), or None to run it (after removing
+    failed or killed results). ``FolderInUse`` for ok results of another config (unless ``overwrite``)."""
+    folder = ctx.folder.path
+    refused = folder / REFUSED_FILE
+    state = folder_state(folder, digest)
+    if state.skip:
+        refused.unlink(missing_ok=True)
+        log.info("skipped: %s already holds ok results for the same config (%s)", folder, digest)
+        return _summary_from(state.summary or {})
+    if state.state is JobState.CONFLICT and not overwrite:
+        message = conflict_message(folder, state, digest)
+        ctx.folder.write_text(REFUSED_FILE, message + "\n")
+        raise FolderInUse(message)
+    refused.unlink(missing_ok=True)
+    if state.state in RERUN_STATES:
+        log.info("running again: the earlier run in %s %s", folder,
+                 "failed" if state.state is JobState.FAILED else "was killed (its summary still says running)")
+    guard_folder(folder, overwrite=True, include_run_files=False)  # what a failed, killed or summary-less run left
+    return None
+
+
+def _summary_from(data: Mapping[str, Any]) -> RunSummary:
+    known = {f.name for f in dataclasses.fields(RunSummary)}
+    return RunSummary(**{k: v for k, v in data.items() if k in known})
 
 
 def _fail(summary: RunSummary, ctx: JobContext, reason: str) -> RunSummary:
@@ -140,14 +175,14 @@ def _fail(summary: RunSummary, ctx: JobContext, reason: str) -> RunSummary:
     return summary
 
 
-def _run_job(cfg: DictConfig, ctx: JobContext) -> RunSummary:
+def _run_job(cfg: DictConfig, ctx: JobContext, digest: str) -> RunSummary:
     sha, dirty = provenance.git_state()
     resolved = write_config(cfg, ctx)
     summary = RunSummary(
         status="running", experiment=ctx.experiment, job=ctx.job, kind=str(resolved.get("job", "")),
         started_at=_now(), git_sha=sha, git_dirty=dirty, python=provenance.python_version(),
         package_versions=provenance.package_versions(), seeds=_seeds(resolved), choices=ctx.choices,
-        overrides=ctx.overrides, files={"config": CONFIG_FILE},
+        overrides=ctx.overrides, files={"config": CONFIG_FILE}, config_hash=digest,
     )
     ctx.folder.write_summary(summary)
     try:

@@ -51,6 +51,7 @@ class LoggerConfig:
     entity: Optional[str] = None
     mode: Optional[str] = None  # online | offline; None = online when an API key is set, else offline
     tags: list[str] = field(default_factory=list)
+    group: Optional[str] = None  # W&B run group; None = experiment_name (so a sweep's jobs form one group)
 
     def __post_init__(self) -> None:
         if self.name not in ("none", "wandb"):
@@ -232,6 +233,7 @@ class Config:
     results_dir: str = "results"
     data_dir: Optional[str] = None
     overwrite: bool = False  # true: replace the results already in the job folder (else the job refuses it)
+    dry_run: bool = False  # true: list the jobs (a sweep: which would run, be skipped or refused) and run nothing
     seed: int = 0
     system: SystemConfig = MISSING
     engine: Any = MISSING  # one of the engine schemas, chosen by the engine group
@@ -262,6 +264,9 @@ WORKLOAD_SCHEMAS = {
 
 def register_configs(store: ConfigStore | None = None) -> None:
     """Register the schemas with Hydra's ConfigStore (idempotent)."""
+    from harness.sweep.naming import register_resolver
+
+    register_resolver()  # ${job_dirname:...} in hydra.sweep.subdir
     cs = store or ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for name, schema in WORKLOAD_SCHEMAS.items():

@@ -11,7 +11,6 @@ validated (:mod:`systems.topology`); HTTP deployments get the harness's load gen
 from __future__ import annotations
 
 from harness.config import Config
-from harness.load_driver import LoadGenDriver
 from systems.contract import Deployment, JobFolder
 from systems.topology import topology_of
 
@@ -23,6 +22,8 @@ def open_deployment(cfg: Config, folder: JobFolder) -> Deployment:
         from systems.sim.deployment import SimDeployment
 
         return SimDeployment(cfg, folder)
+    from harness.load_driver import LoadGenDriver  # the HTTP load generator: real engines only
+
     driver = LoadGenDriver(cfg.model, cfg.seed, cfg.engine.load)
     if engine == "endpoint":
         from systems.deployments.endpoint import EndpointDeployment

@@ -11,7 +11,8 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Iterable, Sequence
+import operator
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -107,8 +108,8 @@ def mean(values: Iterable[float] | np.ndarray) -> Optional[float]:
 
 def describe(values: Iterable[float] | np.ndarray, name: str) -> dict[str, Optional[float]]:
     """``mean_<name>``, ``median_<name>``, ``p90_<name>``, ``p99_<name>`` of ``values`` (NaNs dropped)."""
-    arr = _clean(values)
-    out: dict[str, Optional[float]] = {f"mean_{name}": mean(arr)}
+    arr = _clean(values)  # (mean and percentiles find no NaN left to drop)
+    out: dict[str, Optional[float]] = {f"mean_{name}": float(arr.mean()) if arr.size else None}
     values_at = percentiles(arr, [q for _, q in PERCENTILE_STATS])
     for (label, _), value in zip(PERCENTILE_STATS, values_at, strict=True):
         out[f"{label}_{name}"] = value
@@ -121,42 +122,58 @@ def describe(values: Iterable[float] | np.ndarray, name: str) -> dict[str, Optio
 
 
 @dataclass(frozen=True)
-class _Extracted:
-    """Columns of per-request values plus the pooled token intervals, computed in one pass."""
+class RecordColumns:
+    """A run's records as columns, extracted once: the per-request values, the pooled token intervals and
+    every record's chunk times end to end. :func:`summarize` and :func:`request_frame` take either records or
+    this; a job that needs several of them over the same records extracts once (:func:`extract_columns`)."""
 
     columns: dict[str, np.ndarray]
     extra: dict[str, list[Any]]
     itl_ms: np.ndarray  # every interval of every record, in record order
-    itl_owner: np.ndarray  # index of the record each interval belongs to
+    itl_count: np.ndarray  # intervals per record (max(chunks - 1, 0))
+    chunk_times_s: np.ndarray  # every record's chunk times, record after record
+    n_chunks: np.ndarray  # chunk times per record
+
+    def __len__(self) -> int:
+        return len(self.columns["request_id"])
 
 
 def _int_column(records: Sequence[RequestRecord], attr: str) -> np.ndarray:
-    return np.fromiter((getattr(r, attr) for r in records), dtype=np.int64, count=len(records))
+    return np.fromiter(map(operator.attrgetter(attr), records), dtype=np.int64, count=len(records))
 
 
 def _float_column(records: Sequence[RequestRecord], attr: str) -> np.ndarray:
-    return np.fromiter((getattr(r, attr) for r in records), dtype=np.float64, count=len(records))
+    return np.fromiter(map(operator.attrgetter(attr), records), dtype=np.float64, count=len(records))
 
 
-def _token_intervals(records: Sequence[RequestRecord]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pooled chunk-to-chunk intervals (ms), the record index of each, and the count per record."""
-    n = len(records)
-    n_chunks = np.fromiter((len(r.chunk_times_s) for r in records), dtype=np.int64, count=n)
-    total = int(n_chunks.sum())
-    times = np.fromiter(
-        itertools.chain.from_iterable(r.chunk_times_s for r in records), dtype=np.float64, count=total
-    )
+def _chunk_times(records: Sequence[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
+    """Every record's chunk times, end to end, and the count per record."""
+    chunks = list(map(operator.attrgetter("chunk_times_s"), records))
+    n_chunks = np.fromiter(map(len, chunks), dtype=np.int64, count=len(records))
+    times = np.fromiter(itertools.chain.from_iterable(chunks), dtype=np.float64, count=int(n_chunks.sum()))
+    return times, n_chunks
+
+
+def _intervals(times: np.ndarray, n_chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled chunk-to-chunk intervals (ms) and the count per record (each large array made once: fresh
+    memory is what these steps spend most on)."""
+    total = times.size
     itl_count = np.maximum(n_chunks - 1, 0)
     if total < 2:
-        return np.empty(0), np.empty(0, dtype=np.int64), itl_count
+        return np.empty(0), itl_count
     # diff[j] = times[j+1] - times[j]; drop the differences that straddle two records.
     ends = np.cumsum(n_chunks)
     straddling = ends[(ends > 0) & (ends < total)] - 1
     keep = np.ones(total - 1, dtype=bool)
     keep[straddling] = False
-    itl_ms = np.diff(times)[keep] * 1000.0
-    itl_owner = np.repeat(np.arange(n, dtype=np.int64), itl_count)
-    return itl_ms, itl_owner, itl_count
+    diff = np.diff(times)
+    diff *= 1000.0
+    return diff[keep], itl_count
+
+
+def _token_intervals(records: Sequence[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled chunk-to-chunk intervals (ms) and the count per record."""
+    return _intervals(*_chunk_times(records))
 
 
 def _tbt_ms(itl_ms: np.ndarray, itl_count: np.ndarray) -> np.ndarray:
@@ -185,7 +202,11 @@ def _tbt_ms(itl_ms: np.ndarray, itl_count: np.ndarray) -> np.ndarray:
     return tbt
 
 
-def _extract(records: Sequence[RequestRecord]) -> _Extracted:
+def extract_columns(records: Iterable[RequestRecord] | RecordColumns) -> RecordColumns:
+    """The columns of ``records`` (returned as they are when already extracted)."""
+    if isinstance(records, RecordColumns):
+        return records
+    records = records if isinstance(records, list | tuple) else list(records)
     arrival = _float_column(records, "arrival_s")
     sent = _float_column(records, "sent_s")
     first = _float_column(records, "first_token_s")
@@ -196,11 +217,12 @@ def _extract(records: Sequence[RequestRecord]) -> _Extracted:
     e2e = (finish - arrival) * 1000.0
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(n_out > 1, (e2e - ttft) / np.maximum(n_out - 1, 1), np.nan)
-    itl_ms, itl_owner, itl_count = _token_intervals(records)
+    times, n_chunks = _chunk_times(records)
+    itl_ms, itl_count = _intervals(times, n_chunks)
 
     columns: dict[str, np.ndarray] = {
         "request_id": _int_column(records, "request_id"),
-        "status": np.array([str(r.status) for r in records], dtype=object),
+        "status": np.array(list(map(str, map(operator.attrgetter("status"), records))), dtype=object),
         "arrival_s": arrival,
         "sent_s": sent,
         "first_token_s": first,
@@ -215,44 +237,47 @@ def _extract(records: Sequence[RequestRecord]) -> _Extracted:
         "output_length": _int_column(records, "output_length"),
         "input_length": _int_column(records, "input_length"),
         "cached_tokens": _int_column(records, "cached_tokens"),
-        "instance": np.array([r.instance for r in records], dtype=object),
+        "instance": np.array(list(map(operator.attrgetter("instance"), records)), dtype=object),
         "prefix_group": _int_column(records, "prefix_group"),
         "shared_prefix_len": _int_column(records, "shared_prefix_len"),
         "session_id": _int_column(records, "session_id"),
         "turn": _int_column(records, "turn"),
-        "error": np.array([r.error for r in records], dtype=object),
+        "error": np.array(list(map(operator.attrgetter("error"), records)), dtype=object),
     }
 
+    extras = list(map(operator.attrgetter("extra"), records))
     extra_keys: dict[str, None] = {}
-    for r in records:
-        if r.extra:
-            extra_keys.update(dict.fromkeys(r.extra))
-    extra = {key: [r.extra.get(key, math.nan) for r in records] for key in extra_keys}
-    return _Extracted(columns, extra, itl_ms, itl_owner)
+    for e in extras:
+        if e:
+            extra_keys.update(dict.fromkeys(e))
+    try:  # every record has every key (the simulator's records)
+        extra = {key: list(map(operator.itemgetter(key), extras)) for key in extra_keys}
+    except KeyError:
+        extra = {key: [e.get(key, math.nan) for e in extras] for key in extra_keys}
+    return RecordColumns(columns, extra, itl_ms, itl_count, times, n_chunks)
 
 
-def _frame(ex: _Extracted) -> pd.DataFrame:
+def _frame(ex: RecordColumns) -> pd.DataFrame:
     data: dict[str, Any] = dict(ex.columns)
     for key, values in ex.extra.items():
         data[f"extra_{key}"] = values
     return pd.DataFrame(data, columns=[*FRAME_COLUMNS, *(f"extra_{k}" for k in ex.extra)])
 
 
-def request_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:
+def request_frame(records: Iterable[RequestRecord] | RecordColumns) -> pd.DataFrame:
     """One row per record: identity, status, raw times (s), per-request metrics (ms) and ``extra_<key>``.
 
     Metric columns are ``ttft_ms``, ``tpot_ms``, ``e2e_ms``, ``tbt_ms``, ``itl_count`` and
     ``issue_lag_ms``; undefined values are NaN (e.g. ``tpot_ms`` when ``n_out <= 1``). ``status`` holds
     the plain string value (``"ok"``, ``"failed"``...). Rows of every status are included.
     """
-    return _frame(_extract(list(records)))
+    return _frame(extract_columns(records))
 
 
 def token_intervals_ms(records: Iterable[RequestRecord], ok_only: bool = True) -> np.ndarray:
     """Pooled inter-token latencies (ms) of all records (only ``ok`` ones by default), in record order."""
     recs = [r for r in records if not ok_only or str(r.status) == _OK]
-    itl_ms, _, _ = _token_intervals(recs)
-    return itl_ms
+    return _token_intervals(recs)[0]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -267,15 +292,20 @@ def slo_mask(frame: pd.DataFrame, slo: SLOConfig) -> np.ndarray:
     value violates it, except ``tpot_ms``/``tbt_ms`` of a request with ``n_out <= 1``, which has no
     inter-token interval and meets those bounds vacuously.
     """
-    mask = np.asarray(frame["status"].to_numpy() == _OK, dtype=bool)
+    return _slo_mask({key: frame[key].to_numpy() for key in ("status", "n_out", *BOUND_KEYS) if key in frame}, slo)
+
+
+def _slo_mask(columns: Mapping[str, np.ndarray], slo: SLOConfig) -> np.ndarray:
+    """:func:`slo_mask` over columns (``request_frame`` names) as arrays."""
+    mask = np.asarray(columns["status"] == _OK, dtype=bool)
     if mask.size == 0:
         return mask
-    single_token = frame["n_out"].to_numpy() <= 1
+    single_token = columns["n_out"] <= 1
     for key in BOUND_KEYS:
         bound = getattr(slo, key, None)  # duck-typed, so an OmegaConf node of SLOConfig works too
         if bound is None:
             continue
-        within = frame[key].to_numpy(dtype=float) <= bound  # NaN compares False
+        within = np.asarray(columns[key], dtype=float) <= bound  # NaN compares False
         if key in PER_TOKEN_BOUNDS:
             within |= single_token
         mask &= within
@@ -317,8 +347,9 @@ def _per_gpu(value: Optional[float], n_gpus: int) -> Optional[float]:
     return None if value is None else value / n_gpus
 
 
-def summarize(records: Iterable[RequestRecord], slo: SLOConfig, n_gpus: int = 1) -> dict[str, Any]:
-    """Flat, JSON-able metrics of one run (see ``docs/metrics.md`` for every definition).
+def summarize(records: Iterable[RequestRecord] | RecordColumns, slo: SLOConfig, n_gpus: int = 1) -> dict[str, Any]:
+    """Flat, JSON-able metrics of one run (see ``docs/metrics.md`` for every definition); ``records`` may be
+    given as their :class:`RecordColumns`.
 
     Counts and rates cover all issued records; latency statistics cover ``ok`` requests only;
     SLO attainment divides the SLO-meeting ``ok`` requests by *all* issued requests.
@@ -326,14 +357,12 @@ def summarize(records: Iterable[RequestRecord], slo: SLOConfig, n_gpus: int = 1)
     if isinstance(n_gpus, bool) or not isinstance(n_gpus, (int, np.integer)) or n_gpus < 1:
         raise ValueError(f"n_gpus: must be an integer >= 1, got {n_gpus!r}")
     n_gpus = int(n_gpus)
-    recs = list(records)
-    ex = _extract(recs)
-    frame = _frame(ex)
+    ex = extract_columns(records)
     cols = ex.columns
 
     status = cols["status"]
     ok = status == _OK
-    n_issued = len(recs)
+    n_issued = len(ex)
     n_ok = int(ok.sum())
     n_failed = int((status == RequestStatus.FAILED.value).sum())
     n_rejected = int((status == RequestStatus.REJECTED.value).sum())
@@ -345,7 +374,7 @@ def summarize(records: Iterable[RequestRecord], slo: SLOConfig, n_gpus: int = 1)
     duration_s = _duration(cols["arrival_s"], cols["sent_s"], cols["finish_s"])
     out_tokens = int(cols["n_out"][ok].sum())
     in_tokens = int(cols["input_length"][ok].sum())
-    met = slo_mask(frame, slo)
+    met = _slo_mask(cols, slo)
     n_met = int(met.sum())
     attainment = _ratio(n_met, n_issued)
 
@@ -377,7 +406,7 @@ def summarize(records: Iterable[RequestRecord], slo: SLOConfig, n_gpus: int = 1)
         "output_throughput_tps": _rate(out_tokens, duration_s),
         "input_throughput_tps": _rate(in_tokens, duration_s),
     }
-    ok_itl = ex.itl_ms[ok[ex.itl_owner]]
+    ok_itl = ex.itl_ms if ok.all() else ex.itl_ms[np.repeat(ok, ex.itl_count)]
     for name in LATENCY_METRICS:
         values = ok_itl if name == "itl_ms" else cols[name][ok]
         summary.update(describe(values, name))

@@ -17,15 +17,18 @@ TRACKED_PACKAGES = (
 
 
 def git_state(repo: Path = REPO_ROOT) -> tuple[str, bool]:
-    """Return (commit sha, dirty flag) of the suite's checkout; ("", False) outside git."""
+    """Return (commit sha, dirty flag) of the suite's checkout; ("", False) outside git or before its first
+    commit. One ``git status`` gives both (its ``# branch.oid`` header, and a line per changed tracked file)."""
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
-                             timeout=10, check=True).stdout.strip()
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+        status = subprocess.run(["git", "status", "--porcelain=v2", "--branch", "--untracked-files=no"], cwd=repo,
                                 capture_output=True, text=True, timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return "", False
-    return sha, bool(status.strip())
+    lines = status.splitlines()
+    sha = next((line.split()[2] for line in lines if line.startswith("# branch.oid ")), "")
+    if not sha or sha == "(initial)":
+        return "", False
+    return sha, any(line and not line.startswith("#") for line in lines)
 
 
 def package_versions(names: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, str]:

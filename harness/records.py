@@ -102,6 +102,7 @@ class RunSummary:
     validity: dict[str, Any] = field(default_factory=dict)
     workload: dict[str, Any] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # logical name -> path relative to the job folder
+    config_hash: str = ""  # harness.sweep.config_hash of the resolved config: a rerun sweep skips ok jobs with the same
     schema_version: int = SUMMARY_SCHEMA_VERSION
 
 

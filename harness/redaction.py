@@ -137,7 +137,7 @@ def redact_yaml(text: str) -> str | None:
     """A YAML document with its secrets redacted, or None when it holds none (then keep it byte for byte)."""
     import yaml
 
-    data = yaml.safe_load(text)
+    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # safe_load, with libyaml's parser
     clean = redact(data)
     if clean == data:
         return None

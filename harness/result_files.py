@@ -12,6 +12,11 @@ CONFIG_FILE = "config.yaml"  # the resolved config plus the Hydra choices and ov
 SUMMARY_FILE = "summary.json"  # status, provenance, metrics, validity, files
 LOG_FILE = "harness.log"  # the job's log (Hydra's job logging)
 FIGURES_DIR = "figures"  # <name>.png plus the <name>.csv it plotted
+REFUSED_FILE = "refused.txt"  # a sweep job that refused this folder (ok results of another config): why
+
+# a sweep's folder (hydra.sweep.dir)
+SWEEP_TABLE_FILE = "sweep.csv"  # one row per job (or measured point): overrides, status, summary metrics
+SWEEP_FIGURES_DIR = "sweep_figures"  # <metric>_vs_<key>.png plus the .csv each plotted
 
 # serving and simulator runs
 REQUESTS_FILE = "requests.parquet"  # one RequestRecord per issued request

@@ -26,7 +26,7 @@ from harness.engines import open_deployment
 from harness.host_capacity import MeasuredCapacity, check_capacity_sizing, measure_capacity, sized_points
 from harness.host_load import HostLoadMonitor
 from harness.jobs import JobResult
-from harness.metrics import request_frame, summarize
+from harness.metrics import RecordColumns, extract_columns, request_frame, summarize
 from harness.prompts import fit_to_context, predicted_prefix_hit_rate
 from harness.result_files import POINTS_FILE, REQUESTS_FILE
 from harness.results import RunFolder, records_frame
@@ -69,8 +69,9 @@ def _prepare(requests: WorkloadRequests, deployment: Deployment, cfg: Config) ->
     return requests, info
 
 
-def _point_frame(index: int, rate: float | None, result: EngineResult) -> pd.DataFrame:
-    frame = records_frame(result.records)
+def _point_frame(index: int, rate: float | None, result: EngineResult,
+                 columns: RecordColumns | None = None) -> pd.DataFrame:
+    frame = records_frame(result.records, None if columns is None else columns.chunk_times_s)
     frame.insert(0, "point", index)
     frame.insert(1, "rate_rps", rate)
     return frame
@@ -92,6 +93,7 @@ class ServedPoint:
     result: EngineResult
     validity: dict[str, Any]
     row: dict[str, Any]
+    columns: RecordColumns | None = None  # the records as columns (harness.metrics), extracted once
 
 
 def serve_point(cfg: Config, deployment: Deployment, folder: RunFolder, index: int, n_points: int,
@@ -108,9 +110,10 @@ def serve_point(cfg: Config, deployment: Deployment, folder: RunFolder, index: i
     else:
         result = deployment.run_point(requests, folder)
         host_args = {}
-    metrics = summarize(result.records, cfg.slo, n_gpus=result.n_gpus)
+    columns = extract_columns(result.records)
+    metrics = summarize(columns, cfg.slo, n_gpus=result.n_gpus)
     validity = assess_validity(result.records, metrics, cfg.validity, result.invalid_reasons,
-                               offered_rate_rps=requests.schedule.offered_rate_rps, **host_args)
+                               offered_rate_rps=requests.schedule.offered_rate_rps, columns=columns, **host_args)
     row = {"point": index, "rate_rps": rate, "offered_rate_rps": requests.schedule.offered_rate_rps,
            **prep, **{f"engine_{k}": v for k, v in result.info.items()}, **metrics,
            "valid": validity["valid"], "validity_reasons": "; ".join(validity["reasons"])}
@@ -119,7 +122,7 @@ def serve_point(cfg: Config, deployment: Deployment, folder: RunFolder, index: i
     if capacity_rps is not None:
         row["capacity_rps"] = capacity_rps
         row["capacity_fraction"] = rate / capacity_rps if rate else None
-    return ServedPoint(rate, requests, result, validity, row)
+    return ServedPoint(rate, requests, result, validity, row, columns)
 
 
 def run_serve(cfg: Config, folder: RunFolder,
@@ -135,7 +138,7 @@ def run_serve(cfg: Config, folder: RunFolder,
     rows: list[dict[str, Any]] = []
     validities: list[dict[str, Any]] = []
     workload_stats: dict[str, Any] = {}
-    last_records: tuple = ()
+    last_columns: RecordColumns | None = None
     capacity: MeasuredCapacity | None = None
     with deployment_factory(cfg, folder) as deployment:
         try:
@@ -148,13 +151,13 @@ def run_serve(cfg: Config, folder: RunFolder,
                                     capacity.capacity_rps if capacity else None)
                 if served is not None:
                     served.append(point)
-                frames.append(_point_frame(index, rate, point.result))
+                frames.append(_point_frame(index, rate, point.result, point.columns))
                 rows.append(point.row)
                 validities.append(point.validity)
                 workload_stats = {**point.requests.stats, "offered_rate_rps": point.requests.schedule.offered_rate_rps,
                                   **{k: point.row[k] for k in ("n_prompt_capped", "n_output_capped",
                                                                "predicted_prefix_hit_rate") if k in point.row}}
-                last_records = point.result.records
+                last_columns = point.columns
                 deployment.check_health()
         finally:
             if frames:  # keep what was measured, even when a component died mid-run
@@ -164,7 +167,7 @@ def run_serve(cfg: Config, folder: RunFolder,
     if len(rows) == 1:
         metrics_out: dict[str, Any] = dict(rows[0])
         validity_out = validities[0]
-        tables = {"requests": request_frame(last_records)}
+        tables = {"requests": request_frame(last_columns if last_columns is not None else ())}
     else:
         metrics_out = {"points": rows}
         validity_out = {"valid": all(v["valid"] for v in validities),

@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from harness.metrics import percentile, request_frame
+from harness.metrics import RecordColumns, extract_columns, percentile
 from harness.records import RequestRecord, RequestStatus, block_reasons
 
 log = logging.getLogger(__name__)
@@ -92,8 +92,9 @@ class ValidityConfig:
 def _binomial_cdf(n: int, p: float) -> np.ndarray:
     """``cdf[k] = P(B <= k)`` for ``B ~ Binomial(n, p)``, k = 0..n (log-space pmf, so large n is fine)."""
     k = np.arange(n + 1, dtype=float)
-    log_pmf = (math.lgamma(n + 1) - np.array([math.lgamma(x + 1) for x in k])
-               - np.array([math.lgamma(n - x + 1) for x in k]) + k * math.log(p) + (n - k) * math.log1p(-p))
+    log_factorial = np.array(list(map(math.lgamma, range(1, n + 2))))  # log(k!) = lgamma(k + 1), k = 0..n
+    log_pmf = (math.lgamma(n + 1) - log_factorial - log_factorial[::-1] + k * math.log(p)
+               + (n - k) * math.log1p(-p))
     return np.minimum(np.cumsum(np.exp(log_pmf)), 1.0)
 
 
@@ -148,16 +149,17 @@ def _key(percent: float, metric: str) -> str:
     return f"p{percent:g}_{metric}"
 
 
-def quantile_bounds(records: Sequence[RequestRecord], quantiles: Sequence[float], confidence: float,
+def quantile_bounds(records: Sequence[RequestRecord] | RecordColumns, quantiles: Sequence[float], confidence: float,
                     metrics: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Bounds of every ``quantiles`` percentile of TTFT and TPOT over the ``ok`` requests (the samples the
-    summary's percentiles use); the estimate is the summary's own value where it has one."""
+    summary's percentiles use); the estimate is the summary's own value where it has one. ``records`` may be
+    given as their :class:`~harness.metrics.RecordColumns`."""
     metrics = metrics or {}
-    frame = request_frame(records)
-    ok = frame["status"].astype(str) == RequestStatus.OK.value if len(frame) else []
+    columns = extract_columns(records).columns
+    ok = columns["status"] == RequestStatus.OK.value
     out: dict[str, dict[str, Any]] = {}
     for metric in BOUNDED_METRICS:
-        values = frame.loc[ok, metric].to_numpy(dtype=float) if len(frame) else np.array([])
+        values = np.asarray(columns[metric][ok], dtype=float)
         for percent in quantiles:
             key = _key(percent, metric)
             estimate = metrics.get(key)
@@ -318,6 +320,7 @@ def assess_validity(
     host_load: Optional[Mapping[str, Any]] = None,
     capacity_rps: Optional[float] = None,
     check_overload: Optional[bool] = None,
+    columns: Optional[RecordColumns] = None,
 ) -> dict[str, Any]:
     """JSON-able validity block: ``valid``, ``reasons`` and each check's measured value and threshold.
 
@@ -333,11 +336,13 @@ def assess_validity(
     block) is kept under ``host_load`` with its thresholds, and :func:`host_interference_reasons` are added;
     the overload check (:func:`overload_check`, under ``overload``; open-loop schedules only) runs when
     ``check_overload`` is true, or, when it is None, whenever ``host_load`` or ``capacity_rps`` is given.
-    Without these arguments the block is exactly what it was before they existed.
+    Without these arguments the block is exactly what it was before they existed. ``columns``, the records'
+    :class:`~harness.metrics.RecordColumns` when the caller has them, saves extracting them again.
     """
     recs = list(records)
-    n_failed = sum(1 for r in recs if str(r.status) == RequestStatus.FAILED.value)
-    n_unfinished = sum(1 for r in recs if str(r.status) == RequestStatus.UNFINISHED.value)
+    status = columns.columns["status"] if columns is not None else np.array([str(r.status) for r in recs], dtype=object)
+    n_failed = int(np.count_nonzero(status == RequestStatus.FAILED.value))
+    n_unfinished = int(np.count_nonzero(status == RequestStatus.UNFINISHED.value))
     # Prefer the summary's numbers, so that summary.json and its validity block agree.
     n_issued = int(metrics.get("n_issued", len(recs)))
     error_rate: Optional[float] = metrics.get("error_rate", n_failed / len(recs) if recs else None)
@@ -350,10 +355,11 @@ def assess_validity(
     shortfall = None
     if offered is not None:  # nothing (or one request) sent at an open-loop rate: all of it is missing
         shortfall = max(1.0 - (achieved or 0.0) / offered, 0.0)
-    lags_ms = np.array([(r.sent_s - r.arrival_s) * 1000.0 for r in recs], dtype=float)
+    lags_ms = columns.columns["issue_lag_ms"] if columns is not None else \
+        np.array([(r.sent_s - r.arrival_s) * 1000.0 for r in recs], dtype=float)
     p99_lag_ms = percentile(lags_ms, 99.0)  # NaN (never sent) dropped; None when nothing was sent
     reported = sorted({90.0, 99.0, *map(float, cfg.bounded_quantiles)})
-    bounds = quantile_bounds(recs, reported, cfg.ci_confidence, metrics)
+    bounds = quantile_bounds(recs if columns is None else columns, reported, cfg.ci_confidence, metrics)
 
     reasons: list[str] = []
     if duration_s is None:

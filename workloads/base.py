@@ -78,7 +78,7 @@ class PrefixHitStats:
         return self.reused_blocks / self.block_refs if self.block_refs else math.nan
 
 
-def _dense_block_ids(specs: Sequence[RequestSpec]) -> np.ndarray:
+def dense_block_ids(specs: Sequence[RequestSpec]) -> np.ndarray:
     """All hash ids, request after request, renumbered densely as 0..U-1 (U distinct ids)."""
     chained = itertools.chain.from_iterable(s.hash_ids for s in specs)
     try:
@@ -104,7 +104,7 @@ def prefix_hit_stats(specs: Sequence[RequestSpec]) -> PrefixHitStats:
     refs = int(lengths.sum())
     if refs == 0:
         return PrefixHitStats(0, 0, 0, 0, 0, int(input_len.sum()))
-    dense = _dense_block_ids(specs)
+    dense = dense_block_ids(specs)
     n_unique = int(dense.max()) + 1
     starts = np.cumsum(lengths) - lengths
     parent = np.full(n, -1, dtype=np.int64)  # node of each request's prefix so far
@@ -124,6 +124,11 @@ def prefix_hit_stats(specs: Sequence[RequestSpec]) -> PrefixHitStats:
         parent[alive] = next_node + inverse
         next_node += len(uniq)
     return PrefixHitStats(refs, n_unique, hits, refs - n_unique, hit_tokens, int(input_len.sum()))
+
+
+def _same_float(value: Any, t: float) -> bool:
+    """Whether ``value`` is the float ``t`` itself (type, value and sign of zero)."""
+    return type(value) is float and value == t and math.copysign(1.0, value) == math.copysign(1.0, t)
 
 
 def _mean(values: Sequence[int]) -> float:
@@ -203,7 +208,8 @@ class Workload(ABC):
         output_length = getattr(cfg, "output_length", None)  # trace replays may fix every output's length
         out = []
         for i, (spec, t) in enumerate(zip(specs, times.tolist(), strict=True)):
-            spec = dataclasses.replace(spec, request_id=i, arrival_s=t)
+            if spec.request_id != i or not _same_float(spec.arrival_s, t):  # a trace replayed as is keeps its specs
+                spec = dataclasses.replace(spec, request_id=i, arrival_s=t)
             if output_length is not None:
                 spec = dataclasses.replace(spec, output_length=output_length)
             if cfg.block_tokens is not None:

@@ -22,6 +22,11 @@ Nothing here knows about Hydra: :class:`PlacementSimulator` takes a request list
 factory and a :class:`~systems.sim.cluster.ClusterSetup` factory; ``harness.studies.placement_search``
 builds them from a run configuration.
 
+The searches of step 2 are independent: :func:`search_placement` sends them, one task per phase and
+layout, through a :class:`harness.probe_pool.Pool` (in-process unless given one; a worker gets a copy of
+the simulator, so the simulator and its factories must pickle) and takes the results back in the
+enumeration order, so the outcome does not depend on where they ran.
+
 Poisson arrivals at rate ``r`` are the arrivals at rate 1 divided by ``r`` (NumPy's exponential draw
 is ``scale * standard_exponential`` from the same stream), so one request list serves every rate.
 """
@@ -29,6 +34,7 @@ is ``scale * standard_exponential`` from the same stream), so one request list s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import time
@@ -39,6 +45,7 @@ from typing import Optional
 import numpy as np
 
 from harness.capacity import RateSearch, search_max_rate
+from harness.probe_pool import InProcessPool, Pool
 from harness.records import RequestSpec, RequestStatus
 from systems.config import HardwareConfig
 from systems.sim.cluster import Cluster, ClusterSetup, PoolSetup
@@ -459,6 +466,16 @@ def search_phase(sim: PlacementSimulator, phase: str, par: Parallelism, settings
     return PhaseResult(phase, par, search, note, bound)
 
 
+def phase_task(sim: PlacementSimulator, settings: SearchSettings, task: tuple[str, Parallelism]
+               ) -> tuple[PhaseResult, int, float]:
+    """One probe-pool task: :func:`search_phase` of ``task = (phase, layout)``, with the simulations it
+    ran and its wall time (a worker's simulator is a copy, so the caller counts them)."""
+    phase, par = task
+    before, start = sim.n_sims, time.perf_counter()
+    result = search_phase(sim, phase, par, settings)
+    return result, sim.n_sims - before, time.perf_counter() - start
+
+
 def best_plan(prefills: Sequence[PhaseResult], decodes: Sequence[PhaseResult], gpu_budget: int,
               objective: str = "per_gpu") -> Optional[ReplicaPlan]:
     """The best balanced plan over every pair of layouts (see :func:`balance_replicas`)."""
@@ -488,7 +505,7 @@ def search_placement(sim: PlacementSimulator, gpus_per_node: int, nodes: int = 1
                      settings: SearchSettings = SearchSettings(),
                      unsupported: Optional[Callable[[Parallelism], Optional[str]]] = None,
                      target_rate_rps: Optional[float] = None, verify: str = "bisect",
-                     objective: str = "per_gpu") -> PlacementResult:
+                     objective: str = "per_gpu", pool: Optional[Pool] = None) -> PlacementResult:
     """DistServe's Algorithm 1 on ``sim`` (see the module docstring).
 
     ``unsupported(layout)`` may add reasons to skip layouts; layouts whose performance model cannot be
@@ -497,6 +514,8 @@ def search_placement(sim: PlacementSimulator, gpus_per_node: int, nodes: int = 1
     GPU, DistServe's measure; ``rate``: the rate served); Algorithm 1's own pair (the best layout of
     each phase) is ``alg1_plan`` and is the chosen one whenever it fits and is best. ``verify``:
     ``"bisect"`` (end-to-end max rate of the plan), ``"point"`` (attainment at its rate only) or ``"none"``.
+    The per-layout searches run through ``pool`` (default: in this process), the end-to-end check here;
+    ``phase_wall_s`` sums each phase's search times (in parallel they overlap).
     """
     if verify not in ("bisect", "point", "none"):
         raise ValueError(f"verify must be bisect, point or none, got {verify!r}")
@@ -510,12 +529,13 @@ def search_placement(sim: PlacementSimulator, gpus_per_node: int, nodes: int = 1
     skipped = [(phase, par, reason) for phase in PHASES for par, reason in skipped_layouts]
     for par, reason in skipped_layouts:
         log.info("skipping %s: %s", par, reason)
-    candidates: list[PhaseResult] = []
-    phase_wall: dict[str, float] = {}
-    for phase in PHASES:
-        t0 = time.perf_counter()
-        candidates += [search_phase(sim, phase, par, settings) for par in layouts]
-        phase_wall[phase] = time.perf_counter() - t0
+    tasks = [(phase, par) for phase in PHASES for par in layouts]
+    pool = pool if pool is not None else InProcessPool()
+    done = pool.map(functools.partial(phase_task, sim, settings), tasks, desc="placement: phases x layouts")
+    candidates = [result for result, _, _ in done]
+    sim.n_sims = sims_before + sum(n for _, n, _ in done)  # in-process: unchanged; workers: their simulations
+    phase_wall = {phase: sum(wall for (p, _), (_, _, wall) in zip(tasks, done, strict=True) if p == phase)
+                  for phase in PHASES}
     prefills = [c for c in candidates if c.phase == "prefill"]
     decodes = [c for c in candidates if c.phase == "decode"]
     best_p, best_d = best_result(prefills), best_result(decodes)

@@ -26,10 +26,14 @@ What simdistserve does, read in its code, and how this module follows it:
   Our decode instance holds at most its KV capacity (``max_num_tokens.csv``) and queues the rest in order.
   ``decode_kv_limit="none"`` lifts the limit (a sensitivity setting); the 50,000-token round-robin cap is
   not modelled.
+
+The pairs' bisections are independent: :func:`search_pairs` sends them, one task per pair, through a
+:class:`harness.probe_pool.Pool` (in-process unless given one) and keeps the enumeration order.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -39,6 +43,7 @@ from typing import Optional
 
 import numpy as np
 
+from harness.probe_pool import InProcessPool, Pool
 from harness.records import RequestStatus
 from harness.studies.placement_algorithm import Parallelism, PlacementSimulator, layout_check
 from systems.sim.cluster import PoolSetup
@@ -236,16 +241,29 @@ def bisect_pair(sim: PlacementSimulator, pair: PairConfig, settings: PairSetting
     return PairResult(pair, best, tuple(probes))
 
 
+def pair_task(sim: PlacementSimulator, settings: PairSettings, pair: PairConfig) -> tuple[PairResult, int]:
+    """One probe-pool task: :func:`bisect_pair` of ``pair`` and the simulations it ran (a worker's
+    simulator is a copy, so the caller counts them)."""
+    before = sim.n_sims
+    result = bisect_pair(sim, pair, settings)
+    return result, sim.n_sims - before
+
+
 def search_pairs(sim: PlacementSimulator, gpus_per_node: int, settings: PairSettings = PairSettings(),
-                 unsupported: Optional[Callable[[Parallelism], Optional[str]]] = None) -> PairSearchResult:
-    """Every pair of :func:`enumerate_pairs` bisected; the best by simdistserve's rule and the tied ones.
-    Layouts whose performance model cannot be built are skipped with the model's reason."""
+                 unsupported: Optional[Callable[[Parallelism], Optional[str]]] = None,
+                 pool: Optional[Pool] = None) -> PairSearchResult:
+    """Every pair of :func:`enumerate_pairs` bisected (through ``pool``; default: in this process); the best
+    by simdistserve's rule and the tied ones. Layouts whose performance model cannot be built are skipped
+    with the model's reason."""
     start = time.perf_counter()
     sims_before = sim.n_sims
 
     why_not = layout_check(sim, unsupported)
     pairs, skipped = enumerate_pairs(gpus_per_node, why_not)
-    results = [bisect_pair(sim, pair, settings) for pair in pairs]
+    pool = pool if pool is not None else InProcessPool()
+    done = pool.map(functools.partial(pair_task, sim, settings), pairs, desc="placement: pairs")
+    results = [result for result, _ in done]
+    sim.n_sims = sims_before + sum(n for _, n in done)  # in-process: unchanged; workers: their simulations
     passing = [r for r in results if r.per_gpu_rate > 0]
     best = min(passing, key=lambda r: (-r.per_gpu_rate, r.config.n_gpus, results.index(r))) if passing else None
     tied = [r for r in passing if best is not None and r.per_gpu_rate == best.per_gpu_rate]

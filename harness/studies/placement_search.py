@@ -33,7 +33,13 @@ node budget and, by default, the plan's end-to-end max rate is found with full P
   DistServe's simulator models with one worker per stage), so TTFT and TPOT would be understated about
   ``pp``-fold and pipelined layouts would win for the wrong reason;
 - ``even_pipeline_stages`` (true): with ``pipeline_parallel``, skip ``pp`` that does not divide the
-  model's layers (the fitted models assume equal stages).
+  model's layers (the fitted models assume equal stages);
+- ``parallel`` (``auto``), ``parallel_workers`` (null): where the independent searches run, one task per
+  phase and layout (``alg1``) or per pair (``simdistserve``): ``auto`` follows the configured Hydra
+  launcher (joblib processes, Ray tasks, submitit jobs; in-process under the basic launcher), or
+  ``none | joblib | ray | slurm | submitit_local`` (:mod:`harness.probe_pool`, ``docs/parallel_probes.md``).
+  The results are the same wherever they run (only wall times differ); ``placement.json``'s ``params``
+  leave these two out.
 
 Writes ``study.csv`` (one row per phase and layout: rate, rate per GPU, attainment at that rate,
 simulations run; skipped layouts with their reason) and ``placement.json`` (the chosen configuration,
@@ -49,6 +55,9 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
@@ -57,6 +66,7 @@ import pandas as pd
 from harness.config import Config
 from harness.errors import ConfigError
 from harness.jobs import JobResult
+from harness.probe_pool import Pool, check_parallel, probe_pool
 from harness.result_files import PLACEMENT_FILE, STUDY_FILE
 from harness.results import RunFolder
 from harness.studies.placement_algorithm import (
@@ -92,8 +102,9 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "growth": 2.0, "rel_tol": 0.01, "max_bisect_steps": 8, "hint_scale": 0.8, "max_rate_rps": 1e4,
     "throughput_bound": True, "pipeline_parallel": False, "even_pipeline_stages": True,
     "method": "alg1", "max_per_gpu_rate": 5.0, "esp": 0.25, "tpot_rule": "simdistserve",
-    "decode_kv_limit": "profile", "sensitivity": {},
+    "decode_kv_limit": "profile", "sensitivity": {}, "parallel": "auto", "parallel_workers": None,
 }
+PARALLEL_PARAMS = ("parallel", "parallel_workers")  # where the searches run, not what they compute
 METHODS = ("alg1", "simdistserve")
 PP_REASON = ("pp={pp}: the simulator runs an instance as one server at the per-stage time (time / pp), "
              "which understates a pipeline's latency ~pp-fold (study.params.pipeline_parallel=true searches it anyway)")
@@ -140,6 +151,7 @@ def placement_params(study: Any) -> dict[str, Any]:
     if params["decode_kv_limit"] not in DECODE_KV_LIMITS:
         raise ConfigError(f"study.params.decode_kv_limit: expected one of {', '.join(DECODE_KV_LIMITS)}, "
                           f"got {params['decode_kv_limit']!r}")
+    check_parallel(params["parallel"], params["parallel_workers"])
     _check_sensitivity(params)
     return params
 
@@ -154,7 +166,7 @@ def _check_sensitivity(params: dict[str, Any]) -> None:
     for name, changes in runs.items():
         if not isinstance(changes, dict) or not changes:
             raise ConfigError(f"study.params.sensitivity.{name}: must be a non-empty mapping of params, got {changes!r}")
-        bad = sorted(set(changes) & {"method", "sensitivity", "gpus_per_node", "nodes"}) or \
+        bad = sorted(set(changes) & {"method", "sensitivity", "gpus_per_node", "nodes", *PARALLEL_PARAMS}) or \
             sorted(set(changes) - set(DEFAULT_PARAMS))
         if bad:
             raise ConfigError(f"study.params.sensitivity.{name}.{bad[0]}: not a param a sensitivity run can change")
@@ -183,22 +195,37 @@ def _check(cfg: Config) -> None:
             raise ConfigError(f"slo.{key}: the placement search needs a {key[:4].upper()} bound (slo={cfg.slo.name})")
 
 
+@dataclass(frozen=True)
+class PerfFor:
+    """The performance model of an instance shape under ``cfg`` (picklable: probe-pool workers get it)."""
+
+    cfg: Config
+
+    def __call__(self, shape: InstanceShape) -> PerfModel:
+        cfg = self.cfg
+        return build_perf_model(cfg.engine.perf_model, cfg.model, cfg.hardware, shape,
+                                profiles_dir=cfg.engine.profiles_dir,
+                                gpu_memory_utilization=cfg.engine.gpu_memory_utilization, **perf_model_params(cfg),
+                                **peer_timing_params(cfg))
+
+
+@dataclass(frozen=True)
+class MakeSetup:
+    """A fresh ``ClusterSetup`` of ``cfg`` with the given pools (picklable: probe-pool workers get it)."""
+
+    cfg: Config
+
+    def __call__(self, pools: tuple[PoolSetup, ...]) -> ClusterSetup:
+        return dataclasses.replace(build_setup(self.cfg, [], {}, seed=self.cfg.seed), pools=pools)
+
+
 def build_simulator(cfg: Config) -> tuple[PlacementSimulator, dict[str, Any]]:
     """The search's simulator for ``cfg`` (requests loaded once at 1 req/s, capped to the model's context)
     and the statistics of those requests."""
     n = cfg.study.max_requests or DEFAULT_REQUESTS
     requests = load_requests(cfg, point_workload(cfg, rate_rps=1.0, max_requests=n))
-    hw = cfg.hardware
-
-    def perf_for(shape: InstanceShape) -> PerfModel:
-        return build_perf_model(cfg.engine.perf_model, cfg.model, hw, shape, profiles_dir=cfg.engine.profiles_dir,
-                                gpu_memory_utilization=cfg.engine.gpu_memory_utilization, **perf_model_params(cfg),
-                                **peer_timing_params(cfg))
-
-    def make_setup(pools: tuple[PoolSetup, ...]) -> ClusterSetup:
-        return dataclasses.replace(build_setup(cfg, [], {}, seed=cfg.seed), pools=pools)
-
-    sim = PlacementSimulator(requests.specs, hw, perf_for, make_setup, cfg.slo.ttft_ms / 1e3, cfg.slo.tpot_ms / 1e3)
+    sim = PlacementSimulator(requests.specs, cfg.hardware, PerfFor(cfg), MakeSetup(cfg), cfg.slo.ttft_ms / 1e3,
+                             cfg.slo.tpot_ms / 1e3)
     inputs = np.array([s.input_length for s in requests.specs])
     outputs = np.array([s.output_length for s in requests.specs])
     workload = {"name": cfg.workload.name, "n_requests": len(requests.specs),
@@ -225,16 +252,18 @@ def layout_filter(cfg: Config, params: dict[str, Any]) -> Callable[[Parallelism]
     return unsupported
 
 
-def plan_pairs(cfg: Config, params: dict[str, Any], sim: PlacementSimulator) -> PairSearchResult:
-    """simdistserve's pair search for ``cfg`` (``method=simdistserve``)."""
+def plan_pairs(cfg: Config, params: dict[str, Any], sim: PlacementSimulator,
+               pool: Optional[Pool] = None) -> PairSearchResult:
+    """simdistserve's pair search for ``cfg`` (``method=simdistserve``), its pairs through ``pool``."""
     settings = PairSettings(max_per_gpu_rate=float(params["max_per_gpu_rate"]), esp=float(params["esp"]),
                             quantile=cfg.slo.attainment_target, tpot_rule=params["tpot_rule"],
                             decode_kv_limit=params["decode_kv_limit"])
-    return search_pairs(sim, params["gpus_per_node"], settings, layout_filter(cfg, params))
+    return search_pairs(sim, params["gpus_per_node"], settings, layout_filter(cfg, params), pool)
 
 
-def plan_placement(cfg: Config) -> tuple[PlacementResult, dict[str, Any], dict[str, Any]]:
-    """Run Algorithm 1 for ``cfg``: (result, params, workload statistics)."""
+def plan_placement(cfg: Config, pool: Optional[Pool] = None) -> tuple[PlacementResult, dict[str, Any], dict[str, Any]]:
+    """Run Algorithm 1 for ``cfg``, its per-layout searches through ``pool``: (result, params, workload
+    statistics)."""
     _check(cfg)
     params = placement_params(cfg.study)
     sim, workload = build_simulator(cfg)
@@ -246,7 +275,7 @@ def plan_placement(cfg: Config) -> tuple[PlacementResult, dict[str, Any], dict[s
                               max_batched_tokens=cfg.engine.max_num_batched_tokens,
                               throughput_bound=params["throughput_bound"])
     result = search_placement(sim, params["gpus_per_node"], params["nodes"], settings, unsupported,
-                              params["target_rate_rps"], params["verify"], params["objective"])
+                              params["target_rate_rps"], params["verify"], params["objective"], pool)
     return result, params, workload
 
 
@@ -315,7 +344,8 @@ def report_header(cfg: Config, params: dict[str, Any], workload: dict[str, Any])
             "gpus_per_node": params["gpus_per_node"], "nodes": params["nodes"],
             "slo": {"name": cfg.slo.name, "ttft_ms": cfg.slo.ttft_ms, "tpot_ms": cfg.slo.tpot_ms,
                     "attainment_target": cfg.slo.attainment_target},
-            "workload": workload, "params": params, "reference_distserve_readme": DISTSERVE_README}
+            "workload": workload, "params": {k: v for k, v in params.items() if k not in PARALLEL_PARAMS},
+            "reference_distserve_readme": DISTSERVE_README}
 
 
 def summary_metrics(cfg: Config, report: dict[str, Any]) -> dict[str, Any]:
@@ -336,18 +366,26 @@ def summary_metrics(cfg: Config, report: dict[str, Any]) -> dict[str, Any]:
             "total_wall_s": report["total_wall_s"]}
 
 
+def _pool(cfg: Config, params: dict[str, Any], folder: RunFolder) -> AbstractContextManager[Pool]:
+    """The probe pool ``study.params.parallel`` asks for (submitit's job files under ``folder``)."""
+    return probe_pool(params["parallel"], params["parallel_workers"], Path(folder.path), progress=cfg.engine.progress)
+
+
 def run_pair_search(cfg: Config, folder: RunFolder) -> JobResult:
     """``method=simdistserve``: the pair search, then ``study.csv`` and ``placement.json`` in ``folder``."""
     start = time.perf_counter()
     _check(cfg)
     params = placement_params(cfg.study)
-    sim, workload = build_simulator(cfg)
-    search = plan_pairs(cfg, params, sim)
+    with _pool(cfg, params, folder) as pool:
+        sim, workload = build_simulator(cfg)
+        search = plan_pairs(cfg, params, sim, pool)
+        reruns = {name: plan_pairs(cfg, {**params, **changes}, sim, pool)
+                  for name, changes in params["sensitivity"].items()}
     table = pair_table(search)
     report = {**report_header(cfg, params, workload), **pair_report(search)}
     sensitivity = {}
     for name, changes in params["sensitivity"].items():
-        rerun = pair_report(plan_pairs(cfg, {**params, **changes}, sim))
+        rerun = pair_report(reruns[name])
         sensitivity[name] = {"changes": dict(changes), **{k: rerun[k] for k in (
             "chosen", "per_gpu_goodput_rps", "tied", "readme_pair", "n_simulations", "search_wall_s")}}
         log.info("sensitivity %s (%s): %s at %s req/s per GPU; README pair %s", name, changes, rerun["chosen"],
@@ -376,7 +414,9 @@ def run_placement_search(cfg: Config, folder: RunFolder) -> JobResult:
     if placement_params(cfg.study)["method"] == "simdistserve":
         return run_pair_search(cfg, folder)
     start = time.perf_counter()
-    result, params, workload = plan_placement(cfg)
+    params = placement_params(cfg.study)
+    with _pool(cfg, params, folder) as pool:
+        result, params, workload = plan_placement(cfg, pool)
     table = candidate_table(result)
     report = placement_report(cfg, result, params, workload)
     report["total_wall_s"] = time.perf_counter() - start  # workload loading included

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -63,6 +64,11 @@ def command_line_has_secret(argv: Sequence[str] | None = None) -> bool:
     return redact(args) != args
 
 
+def artifact_name(summary: RunSummary) -> str:
+    """``run-<experiment>-<job>`` in the characters W&B allows (a sweep job's folder is ``key=value,...``)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", f"run-{summary.experiment}-{summary.job}")
+
+
 def publish_to_wandb(logger_cfg: LoggerConfig, summary: RunSummary, config: Mapping[str, Any], folder: RunFolder,
                      tables: Mapping[str, pd.DataFrame], figures: Sequence[Path]) -> None:
     """Log one finished job as one W&B run."""
@@ -79,7 +85,7 @@ def publish_to_wandb(logger_cfg: LoggerConfig, summary: RunSummary, config: Mapp
         log.info("W&B: the command line holds a secret, so W&B's run metadata (command line, host) is not collected")
     run = wandb.init(
         project=logger_cfg.project, entity=logger_cfg.entity, mode=mode, dir=str(folder.path),
-        name=f"{summary.experiment}/{summary.job}", group=summary.experiment, job_type=summary.kind,
+        name=f"{summary.experiment}/{summary.job}", group=logger_cfg.group or summary.experiment, job_type=summary.kind,
         tags=list(logger_cfg.tags), config=config, reinit="finish_previous",
         settings=wandb.Settings(x_disable_meta=hide_meta),
     )
@@ -96,7 +102,7 @@ def publish_to_wandb(logger_cfg: LoggerConfig, summary: RunSummary, config: Mapp
         for path in figures:
             if path.suffix == ".png":
                 run.log({f"figure/{path.stem}": wandb.Image(str(path))})
-        artifact = wandb.Artifact(name=f"run-{summary.experiment}-{summary.job}".replace("/", "-"), type="run-folder",
+        artifact = wandb.Artifact(name=artifact_name(summary), type="run-folder",
                                   metadata=dataclasses.asdict(summary) | {"metrics": scalars})
         for child in folder.path.iterdir():
             if child.name == "wandb":
@@ -112,3 +118,33 @@ def publish_to_wandb(logger_cfg: LoggerConfig, summary: RunSummary, config: Mapp
     if mode == "offline":
         offline_dir = Path(local_dir).parent
         log.info("W&B ran offline (no API key). Upload later with: wandb sync %s", offline_dir)
+
+
+def publish_sweep_to_wandb(logger_cfg: LoggerConfig, experiment: str, sweep_dir: Path, table: pd.DataFrame,
+                           figures: Sequence[Path]) -> None:
+    """Log a finished sweep as one more run of its jobs' group (``job_type=sweep``): the sweep table and the
+    figures across jobs, so the group's page holds the comparison beside the jobs."""
+    try:
+        import wandb
+    except ImportError as exc:
+        raise RuntimeError("logger=wandb needs the wandb extra: pip install -e '.[wandb]'") from exc
+
+    mode = resolve_mode(logger_cfg.mode)
+    table = pd.DataFrame(redact(table.to_dict(orient="list")))
+    run = wandb.init(
+        project=logger_cfg.project, entity=logger_cfg.entity, mode=mode, dir=str(sweep_dir),
+        name=f"{experiment}/sweep", group=logger_cfg.group or experiment, job_type="sweep",
+        tags=list(logger_cfg.tags), config={"jobs": int(table["folder"].nunique()) if "folder" in table else 0},
+        reinit="finish_previous", settings=wandb.Settings(x_disable_meta=command_line_has_secret()),
+    )
+    try:
+        shown = table.head(MAX_TABLE_ROWS).astype(str)  # mixed column types: W&B tables want one type a column
+        run.log({"table/sweep": wandb.Table(dataframe=shown.reset_index(drop=True))})
+        for path in figures:
+            if path.suffix == ".png":
+                run.log({f"figure/{path.stem}": wandb.Image(str(path))})
+        local_dir = run.dir
+    finally:
+        run.finish()
+    if mode == "offline":
+        log.info("W&B ran offline (no API key). Upload later with: wandb sync %s", Path(local_dir).parent)

@@ -15,6 +15,11 @@ Decision, for a request with chained block hashes ``h_0..h_{n-1}``:
    number of leading hashes present in its record. ``load_weight = 0`` (default) is pure longest-prefix.
 3. Highest score wins; ties (including "no match anywhere") go to the fewest outstanding requests, then
    round-robin among those (see :class:`~systems.policies.base.TieBreaker`).
+
+The policy also keeps, for every block hash it has recorded, the bit set of the instances holding it. Given
+an :class:`~systems.policies.base.IndexedLoads` and ``load_weight = 0``, it finds the longest match by
+intersecting those sets along the request's hashes and the least-loaded tied instance from the driver's
+outstanding index, instead of scoring every instance: the same answer in about ``log n`` steps.
 """
 
 from __future__ import annotations
@@ -23,7 +28,15 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Optional
 
-from systems.policies.base import InstanceLoad, RouteRequest, RoutingPolicy, TieBreaker, least_outstanding
+from systems.policies.base import (
+    IndexedLoads,
+    InstanceLoad,
+    OutstandingIndex,
+    RouteRequest,
+    RoutingPolicy,
+    TieBreaker,
+    least_outstanding,
+)
 
 __all__ = ["BlockLRU", "CacheAwarePolicy"]
 
@@ -33,16 +46,19 @@ _SCORE_TOL = 1e-9
 class BlockLRU:
     """A set of block hashes with least-recently-recorded eviction at ``capacity`` blocks (``None``: unbounded).
 
-    ``on_evict`` (optional) is told every evicted hash; the simulator uses it to track which nodes hold a block.
+    ``on_evict`` (optional) is told every evicted hash, ``on_insert`` (optional) every hash that joins; the
+    simulator uses them to track which nodes hold a block.
     """
 
-    __slots__ = ("_blocks", "capacity", "on_evict")
+    __slots__ = ("_blocks", "capacity", "on_evict", "on_insert")
 
-    def __init__(self, capacity: Optional[int] = None, on_evict: Optional[Callable[[int], None]] = None) -> None:
+    def __init__(self, capacity: Optional[int] = None, on_evict: Optional[Callable[[int], None]] = None,
+                 on_insert: Optional[Callable[[int], None]] = None) -> None:
         if capacity is not None and capacity <= 0:
             raise ValueError(f"capacity must be positive or None, got {capacity}")
         self.capacity = capacity
         self.on_evict = on_evict
+        self.on_insert = on_insert
         self._blocks: OrderedDict[int, None] = OrderedDict()
 
     def __len__(self) -> int:
@@ -64,11 +80,20 @@ class BlockLRU:
     def record(self, hashes: Sequence[int]) -> None:
         """Make ``hashes`` the most recent blocks (``hashes[0]`` most recent of all), evicting the oldest."""
         blocks = self._blocks
-        for h in reversed(hashes):
-            if h in blocks:
-                blocks.move_to_end(h)
-            else:
-                blocks[h] = None
+        on_insert = self.on_insert
+        if on_insert is None:
+            for h in reversed(hashes):
+                if h in blocks:
+                    blocks.move_to_end(h)
+                else:
+                    blocks[h] = None
+        else:
+            for h in reversed(hashes):
+                if h in blocks:
+                    blocks.move_to_end(h)
+                else:
+                    blocks[h] = None
+                    on_insert(h)
         if self.capacity is not None:
             on_evict = self.on_evict
             while len(blocks) > self.capacity:
@@ -106,11 +131,25 @@ class CacheAwarePolicy(RoutingPolicy):
         self.load_weight = float(load_weight)
         self.max_imbalance = max_imbalance
         self._caches: list[BlockLRU] = []
+        self._holders: dict[int, int] = {}  # block hash -> bit set of the instances whose record holds it
         self._ties = TieBreaker()
 
     def _cache(self, index: int) -> BlockLRU:
+        holders = self._holders
         while len(self._caches) <= index:
-            self._caches.append(BlockLRU(self.capacity_blocks_per_instance))
+            bit = 1 << len(self._caches)
+
+            def inserted(h: int, bit: int = bit) -> None:
+                holders[h] = holders.get(h, 0) | bit
+
+            def evicted(h: int, bit: int = bit) -> None:
+                left = holders[h] ^ bit
+                if left:
+                    holders[h] = left
+                else:
+                    del holders[h]
+
+            self._caches.append(BlockLRU(self.capacity_blocks_per_instance, on_evict=evicted, on_insert=inserted))
         return self._caches[index]
 
     def prefix_match(self, req: RouteRequest, index: int) -> int:
@@ -126,6 +165,8 @@ class CacheAwarePolicy(RoutingPolicy):
         if n == 0:
             raise ValueError("cannot route: no instances")
         self._cache(n - 1)
+        if isinstance(instances, IndexedLoads) and self.load_weight == 0:
+            return self._choose_indexed(req, n, instances.outstanding_index)
         candidates: Sequence[int] = range(n)
         if self.max_imbalance is not None:
             limit = min(inst.outstanding for inst in instances) + self.max_imbalance
@@ -136,6 +177,20 @@ class CacheAwarePolicy(RoutingPolicy):
         best = max(scores)
         tied = [i for i, s in zip(candidates, scores, strict=True) if s >= best - _SCORE_TOL]
         return least_outstanding(instances, self._ties, among=tied)
+
+    def _choose_indexed(self, req: RouteRequest, n: int, index: OutstandingIndex) -> int:
+        """``choose`` with ``load_weight == 0`` from the holder sets and the outstanding index (module docstring)."""
+        candidates = (1 << n) - 1
+        if self.max_imbalance is not None:
+            candidates = index.at_most(index.min_value() + self.max_imbalance)
+        tied = candidates  # the longest match (all candidates when none matches a first block)
+        holders = self._holders
+        for h in req.block_hashes:
+            deeper = tied & holders.get(h, 0)
+            if not deeper:
+                break
+            tied = deeper
+        return self._ties.pick_mask(index.least(tied), n)
 
     def on_routed(self, req: RouteRequest, index: int) -> None:
         self._cache(index).record(req.block_hashes)

@@ -32,6 +32,17 @@ Splitwise's mixed pool comes in two forms (``engine.mixed_pool``):
   machine is lent it runs both phases on the least-loaded machine; here the prompt stays in the prompt
   pool.
 
+Choices never scan the instances: each pool keeps its instances sorted by the key its choice compares
+(:class:`~systems.sim.load_index.SortedPool`), re-keyed lazily (an instance whose load may have changed is
+logged by the instance and re-keyed before the next choice), and cache-aware prefill candidates come from
+block -> holders bit sets (:class:`~systems.sim.load_index.BlockHolders`). A choice reads the same values
+and breaks ties the same way as a scan would, so the decisions are the scan's, in about ``log n`` steps per
+request. The decode choice walks the decode instances by their step estimate at the smallest context, a
+lower bound of the request's own estimate when the performance model's step time never decreases with the
+context (``PerfModel.decode_monotone_in_context``; otherwise it scans). What stays a scan: load samples,
+the mean over all decode instances that decode rejection (``baseline``, ``early``, ``predictive``) needs,
+and the fallback when no decode instance has room.
+
 The Mooncake pool has three tiers: each instance's HBM prefix cache, its node's DRAM, and every other
 node's DRAM (the remote tier, read over ``remote_link``). Each tier evicts LRU. After a prefill the
 prompt's blocks are written to the node's DRAM; a block fetched from a remote node ``replication_threshold``
@@ -55,13 +66,14 @@ from typing import Any, Optional
 
 from harness.records import RequestRecord, RequestSpec, RequestStatus
 from systems.config import HardwareConfig
-from systems.policies.base import InstanceLoad, RouteRequest, RoutingPolicy
+from systems.policies.base import IndexedLoads, InstanceLoad, OutstandingIndex, RouteRequest, RoutingPolicy
 from systems.policies.cache_aware import BlockLRU
 from systems.policies.pd import DecodeView, PDScheduler, PrefillView, PrefixSource, decode_overloaded
 from systems.sim.events import PRIO_ARRIVAL, PRIO_SAMPLE, PRIO_TRANSFER, EventQueue
 from systems.sim.instance import InstanceHooks, SimInstance
 from systems.sim.keys import request_keys
 from systems.sim.links import FifoLink, LinkSpec
+from systems.sim.load_index import BatchBuckets, BlockHolders, SortedPool, iter_bits, run_levels
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.request import SimRequest
 from systems.topology import ROLES
@@ -69,6 +81,8 @@ from systems.topology import ROLES
 log = logging.getLogger(__name__)
 
 MAX_SAMPLE_TIMES = 10_000  # load-sampling instants per run (even: halving keeps the instants on one grid)
+COST_POLICIES = ("load_balancing", "local_cache_aware", "prefix_match", "conductor")  # prefill choices by cost
+FEW_TO_SORT = 16  # a candidate group this small is read member by member instead of walked in key order
 
 
 @dataclass(frozen=True)
@@ -187,29 +201,155 @@ class Cluster(InstanceHooks):
         if not self.disaggregated and not self.decode_only and not self.prefill_only and setup.router is None:
             raise ValueError("a colocated deployment needs a routing policy")
         self.lent: set[int] = set()  # prompt and token instances lent to the dynamic mixed pool (indices)
+        self._lent_check: set[int] = set()  # lent instances touched since _return_idle last looked at them
+        self._dirty: list[SimInstance] = []  # instances whose load may have changed since the last re-keying
+        for inst in self.instances:
+            inst.dirty_log = self._dirty
+        self._updaters: list[list[Any]] = [[] for _ in self.instances]  # per instance: index re-keying calls
+        self._pos = [0] * len(self.instances)  # each instance's position among the instances of its role
+        for members in self.by_role.values():
+            for k, inst in enumerate(members):
+                self._pos[inst.index] = k
+        self._route_loads: Optional[IndexedLoads] = None
+        self._route_index: Optional[OutstandingIndex] = None  # colocated: outstanding counts by pool position
+        router = setup.router  # told of every finish, unless its on_finished does nothing
+        self._router_on_finished = not self.disaggregated and router is not None and \
+            type(router).on_finished is not RoutingPolicy.on_finished
+        self._prefill_queue: Optional[SortedPool] = None  # prefill pool by (queue, [outstanding,] index)
+        self._prefill_models: list[int] = []  # bit sets of the prefill instances sharing a performance model
+        self._lb_candidates = False  # load_balancing: the least-loaded prefill instance is the only candidate
+        self._hbm_holders: Optional[BlockHolders] = None  # prefill pool: block -> instances holding it in HBM
+        self._dram_holders: Optional[BlockHolders] = None  # ... in their node's DRAM
+        self._decode_room: Optional[SortedPool] = None  # (KV used + pending, index) of the (not lent) decodes
+        self._decode_steps: Optional[BatchBuckets] = None  # decodes by batch, then context (one model)
+        self._decode_pending: Optional[SortedPool] = None  # dynamic: (pending tokens, index) of non-lent decodes
+        self._prefill_kv: Optional[SortedPool] = None  # dynamic: (KV fraction, index) of non-lent prefills
+        self._member_kv: Optional[SortedPool] = None  # mixed pool members by (KV fraction, index)
+        self._member_pending: Optional[SortedPool] = None  # dynamic: mixed pool members by (pending tokens, index)
+        self._mixed_queue: Optional[SortedPool] = None  # dedicated: mixed instances by (queue, outstanding, index)
+        capacities = {d.capacity for d in self.by_role["decode"]}
+        self._decode_capacity = capacities.pop() if len(capacities) == 1 else None  # when all decodes share one
+        self._build_indexes()
         self._current: Optional[SimRequest] = None
         self._memo: dict[tuple[int, int, int], float] = {}
         self._view_instances: list[SimInstance] = []
         self._block_size = 0
         self.requests: list[SimRequest] = []
+        self._arrivals: list[SimRequest] = []  # the requests by arrival time (then request order)
+        self._next_arrival = 0
         self._ticks: list[tuple[float, list[dict[str, Any]]]] = []  # each sampling instant and its rows
         self._sample_interval_s = setup.sample_interval_s
         self.counters: Counter[str] = Counter()
         self._done = 0
+        self._ok = 0  # requests finished (counters["ok"], kept apart: counted on the hot path)
         self._decode_s_sum = 0.0  # decode durations of the requests finished so far (uniform t_d estimate)
         self._decode_s_n = 0
         self.wasted_prefill_tokens = 0  # prompt tokens computed for requests rejected after their prefill
+
+    # -- load indexes (see the module docstring) ---------------------------------------------------
+    def _build_indexes(self) -> None:
+        """The indexes the configured choices read; each instance gets the calls that re-key it in them."""
+        by_role, setup = self.by_role, self.setup
+        prefills, decodes, mixed = by_role["prefill"], by_role["decode"], by_role["mixed"]
+        if not self.disaggregated and not self.decode_only and not self.prefill_only:
+            pool = by_role["colocated"] or mixed
+            index = OutstandingIndex([inst.outstanding for inst in pool])
+
+            def view(k: int) -> InstanceLoad:
+                inst = pool[k]
+                return InstanceLoad(inst.name, inst.outstanding, inst.queued_tokens)
+
+            # a colocated instance's outstanding count changes only when a request is routed there or ends
+            # there (finished or failed): _enqueue_prefill, on_finished and on_failed update the index
+            self._route_loads = IndexedLoads(len(pool), view, index)
+            self._route_index = index
+            return
+        scheduler = setup.scheduler
+        if self.prefill_only:
+            self._prefill_queue = self._pool(_queue_outstanding_key, prefills)
+        elif scheduler is not None and scheduler.policy in COST_POLICIES and len(prefills) > 4:
+            models: dict[int, int] = {}  # performance model -> bit set of the prefill instances it times
+            for inst in prefills:
+                models[id(inst.perf)] = models.get(id(inst.perf), 0) | 1 << self._pos[inst.index]
+            self._prefill_models = list(models.values())
+            self._lb_candidates = scheduler.policy == "load_balancing"
+            self._prefill_queue = self._pool(_queue_outstanding_key if self._lb_candidates else _queue_key, prefills)
+            if not self._lb_candidates:
+                self._hbm_holders, self._dram_holders = BlockHolders(), BlockHolders()
+        self._decode_room = self._pool(_room_key, decodes)
+        if not self.disaggregated:
+            return
+        dynamic = setup.mixed_pool == "dynamic"
+        everyone = [*prefills, *decodes, *mixed]
+        if dynamic:  # lent instances leave the decode / prefill pools for the member pools
+            self._decode_pending = self._pool(_pending_key, decodes)
+            self._prefill_kv = self._pool(_kv_key, prefills)
+            self._member_pending = self._pool(_pending_key, mixed, everyone)
+        elif decodes and _one_model(decodes) and decodes[0].perf.decode_monotone_in_context():
+            perf = decodes[0].perf
+
+            def bound(batch: int, context: int) -> float:  # the step of a member at the batch's smallest context
+                return float(perf.decode_step_time_s(batch + 1, context + 1))
+
+            self._decode_steps = BatchBuckets(_batch_state, bound, decodes)
+            for d in decodes:
+                self._updaters[d.index].append(self._decode_steps.update)
+        if dynamic or mixed:
+            self._member_kv = self._pool(_kv_key, mixed, everyone)
+        if mixed and not dynamic:
+            self._mixed_queue = self._pool(_queue_outstanding_key, mixed)
+
+    def _pool(self, key: Any, members: Sequence[SimInstance],
+              watched: Optional[Sequence[SimInstance]] = None) -> SortedPool:
+        """A :class:`SortedPool` of ``members``, re-keyed whenever one of ``watched`` (default: the members, the
+        instances that may ever join) is touched."""
+        pool = SortedPool(key, members)
+        for inst in members if watched is None else watched:
+            self._updaters[inst.index].append(pool.update)
+        return pool
+
+    def _refresh(self) -> None:
+        """Re-key the instances touched since the last call (every choice starts with this)."""
+        dirty = self._dirty
+        if dirty:
+            updaters = self._updaters
+            lent = self.lent
+            for inst in dirty:
+                inst.touched = False
+                for update in updaters[inst.index]:
+                    update(inst)
+                if lent and inst.index in lent:
+                    self._lent_check.add(inst.index)
+            dirty.clear()
 
     # -- set-up per run ---------------------------------------------------------------------------
     def _size_caches(self, block_size: int) -> None:
         self._block_size = block_size
         pool = self.setup.kv_pool
+        hbm_holders, dram_holders = self._hbm_holders, self._dram_holders
         for i, inst in enumerate(self.instances):  # a cache smaller than one block holds nothing: none at all
+            tracked = hbm_holders is not None and dram_holders is not None and inst.role == "prefill"
             hbm_blocks = inst.capacity // block_size
-            inst.hbm = BlockLRU(hbm_blocks) if self.setup.prefix_caching and hbm_blocks > 0 else None
+            inst.hbm = None
+            if self.setup.prefix_caching and hbm_blocks > 0:
+                if tracked:
+                    inserted, evicted = hbm_holders.hooks(self._pos[i])
+                    inst.hbm = BlockLRU(hbm_blocks, on_evict=evicted, on_insert=inserted)
+                else:
+                    inst.hbm = BlockLRU(hbm_blocks)
             dram_blocks = pool.dram_tokens_per_node // block_size
             if self.has_pool and dram_blocks > 0:
-                self.dram[i] = BlockLRU(dram_blocks, on_evict=self._dram_evicted)
+                if tracked:
+                    inserted, evicted = dram_holders.hooks(self._pos[i])
+                    self.dram[i] = BlockLRU(dram_blocks, on_evict=self._dram_evicted_from(evicted), on_insert=inserted)
+                else:
+                    self.dram[i] = BlockLRU(dram_blocks, on_evict=self._dram_evicted)
+
+    def _dram_evicted_from(self, holder_evicted: Any) -> Any:
+        def evicted(key: int) -> None:
+            self._dram_evicted(key)
+            holder_evicted(key)
+        return evicted
 
     def _dram_evicted(self, key: int) -> None:
         self._holders[key] -= 1
@@ -228,8 +368,14 @@ class Cluster(InstanceHooks):
             arrival = req.spec.arrival_s
             if not (math.isfinite(arrival) and arrival >= 0):
                 raise ValueError(f"request {req.spec.request_id}: arrival_s must be a finite time >= 0, got {arrival!r}")
-            last_arrival = max(last_arrival, arrival)
-            self.loop.schedule(arrival, PRIO_ARRIVAL, self._arrive, req)
+            if arrival > last_arrival:
+                last_arrival = arrival
+        # arrivals enter the event queue one at a time, in (time, request order) as the queue would order them
+        # (no other event has their priority): the queue stays as small as the work in flight
+        self._arrivals = sorted(self.requests, key=lambda r: r.spec.arrival_s)
+        self._next_arrival = 0
+        if self._arrivals:
+            self.loop.schedule(self._arrivals[0].spec.arrival_s, PRIO_ARRIVAL, self._arrive_next, None)
         if self.requests:
             # bounded work whatever the schedule spans: at most MAX_SAMPLE_TIMES instants up to the last arrival
             self._sample_interval_s = max(self.setup.sample_interval_s, last_arrival / MAX_SAMPLE_TIMES)
@@ -271,20 +417,29 @@ class Cluster(InstanceHooks):
 
     def _info(self) -> dict[str, Any]:
         insts = self.instances
-        end = max((r.finish_s for r in self.requests if r.finish_s == r.finish_s), default=0.0)
-        prompt = sum(r.prompt for r in self.requests if r.status != RequestStatus.REJECTED)
-        cached = sum(r.cached_tokens for r in self.requests if r.status != RequestStatus.REJECTED)  # as prompt
+        last: Any = None  # the latest finish (the first of equal ones, as max() picks)
+        prompt = cached = fetched = 0
+        rejected = RequestStatus.REJECTED
+        for r in self.requests:  # one pass
+            f = r.finish_s
+            if f == f and (last is None or f > last):
+                last = f
+            if r.status != rejected:
+                prompt += r.prompt
+                cached += r.cached_tokens  # as prompt
+            fetched += r.fetched_tokens
+        end = 0.0 if last is None else last
         info: dict[str, Any] = {
             "n_instances": len(insts), "n_gpus": self.setup.n_gpus, "events": self.loop.processed,
             "simulated_s": end, "prefill_tokens_computed": sum(i.prefill_tokens_computed for i in insts),
             "prompt_tokens_admitted": prompt, "prefix_reused_tokens": cached,
             "prefix_hit_rate_tokens": cached / prompt if prompt else math.nan,
             "kv_transfer_bytes": sum(n.bytes_moved for n in self.nics),
-            "pool_fetched_tokens": sum(r.fetched_tokens for r in self.requests),
+            "pool_fetched_tokens": fetched,
             "preemptions": sum(i.preemptions for i in insts),
             "wasted_prefill_tokens": self.wasted_prefill_tokens,
             "load_sample_interval_s": self._sample_interval_s, "load_sample_times": len(self._ticks),
-            **{f"n_{k}": v for k, v in sorted(self.counters.items())},
+            **{f"n_{k}": v for k, v in sorted((self.counters + Counter(ok=self._ok)).items())},
         }
         for role, members in self.by_role.items():
             if members:
@@ -326,6 +481,14 @@ class Cluster(InstanceHooks):
         self.counters[status.value] += 1
         self._done += 1
 
+    def _arrive_next(self, now: float, _: Any) -> None:
+        """The next arrival in time order; schedules the one after it."""
+        k = self._next_arrival
+        self._next_arrival = k + 1
+        if k + 1 < len(self._arrivals):
+            self.loop.schedule(self._arrivals[k + 1].spec.arrival_s, PRIO_ARRIVAL, self._arrive_next, None)
+        self._arrive(now, self._arrivals[k])
+
     def _arrive(self, now: float, req: SimRequest) -> None:
         limit = self.setup.max_model_len
         if limit is not None and req.prompt + req.out_len > limit:
@@ -338,7 +501,8 @@ class Cluster(InstanceHooks):
             self._arrive_one_phase(now, req)
             return
         insts = self.by_role["colocated"] or self.by_role["mixed"]
-        loads = [InstanceLoad(i.name, i.outstanding, i.queued_tokens) for i in insts]
+        loads = self._route_loads
+        assert loads is not None
         route = RouteRequest(req.spec.request_id, req.keys, req.prompt, req.spec.tenant)
         router = self.setup.router
         assert router is not None
@@ -348,11 +512,12 @@ class Cluster(InstanceHooks):
 
     def _arrive_one_phase(self, now: float, req: SimRequest) -> None:
         """Least-loaded instance of the only phase; decode-only requests come with KV and a first token."""
+        self._refresh()
         if self.prefill_only:
-            inst = min(self.by_role["prefill"], key=lambda i: (i.queued_work_s, i.outstanding, i.index))
+            inst = self._first(self._prefill_queue)
             self._enqueue_prefill(inst, req, now, 0)
             return
-        inst = min(self.by_role["decode"], key=lambda i: (i.kv_used + i.pending_ctx, i.index))
+        inst = self._first(self._decode_room)
         req.prefill_instance = ""
         req.first_token_s = req.prefill_start_s = req.prefill_end_s = now
         req.token_times.append(now)
@@ -363,10 +528,16 @@ class Cluster(InstanceHooks):
         inst.enqueue_decode(req, now)
 
     def _enqueue_prefill(self, inst: SimInstance, req: SimRequest, now: float, reuse: int) -> None:
-        cached = min(max(reuse, self._hbm_tokens(inst, req)), req.prompt - 1)
+        cached = self._hbm_tokens(inst, req)
+        if reuse > cached:
+            cached = reuse
+        if cached > req.prompt - 1:
+            cached = req.prompt - 1
         req.est_work_s = float(inst.perf.prefill_time_s(req.prompt - cached, float(req.prompt) ** 2 - float(cached) ** 2, 1))
         req.cached_tokens = reuse
         inst.enqueue_prefill(req, now)
+        if self._route_index is not None:
+            self._route_index.set(self._pos[inst.index], inst.outstanding)
 
     def _hbm_tokens(self, inst: SimInstance, req: SimRequest) -> int:
         if inst.hbm is None or not req.keys:
@@ -374,9 +545,13 @@ class Cluster(InstanceHooks):
         return inst.hbm.prefix_len(req.keys) * req.spec.block_size
 
     # -- disaggregated: the scheduler's view ------------------------------------------------------
-    def prefill_views(self) -> list[PrefillView]:
+    def prefill_views(self) -> Sequence[PrefillView]:
         req = self._current
         assert req is not None
+        if self._prefill_queue is None:  # every prefill instance is a candidate
+            pool = self.by_role["prefill"]
+            self._view_instances = pool
+            return _PrefillViews(self, pool, req)
         candidates = self._candidates(req)
         self._view_instances = [inst for inst, _ in candidates]
         return [PrefillView(i.name, i.queued_work_s, local, i.outstanding) for i, local in candidates]
@@ -384,23 +559,51 @@ class Cluster(InstanceHooks):
     def _candidates(self, req: SimRequest) -> list[tuple[SimInstance, int]]:
         """(instance, local prefix tokens) of the prefill instances worth scoring for ``req``, in order.
 
-        For the cost-based policies, instances of one pool (one performance model) that hold the same
-        length of the request's prefix differ only in their queue, so only the one the policy could pick
-        among them is scored (same HBM/DRAM split of it too; shortest queue, then, for load_balancing, fewest outstanding, then lowest
-        index: the policies' own tie-breaks). Decisions are identical to scoring every instance (tested)."""
+        Instances of one pool (one performance model) that hold the same length of the request's prefix, with
+        the same part of it in HBM, differ only in their queue, so only the one the policy could pick among
+        them is scored: the shortest queue, then, for load_balancing, the fewest outstanding, then the lowest
+        index (the policies' own tie-breaks). For load_balancing that is the least-loaded instance overall.
+        The groups come from the holder bit sets, each group's best from the pool sorted by those keys."""
+        self._refresh()
+        queue = self._prefill_queue
+        assert queue is not None
+        first = queue.first()
+        assert first is not None
+        keys = req.keys
+        models = self._prefill_models
+        if self._lb_candidates or (len(models) == 1 and not keys):
+            best = self.instances[first[-1]]
+            return [(best, self._local_tokens(best, req))]
+        assert self._hbm_holders is not None and self._dram_holders is not None
+        hbm = self._hbm_holders.bits
+        full = (1 << len(self.by_role["prefill"])) - 1
+        in_hbm = run_levels(keys, full, hbm)
+        bs = req.spec.block_size
+        out = []
+        for run, members in run_levels(keys, full, hbm, self._dram_holders.bits):  # local: HBM or node DRAM
+            for _, part in in_hbm:
+                for model in models:
+                    group = members & part & model
+                    if group:
+                        out.append((self._best_of(group), run * bs))
+                        members ^= group
+                if not members:
+                    break
+        out.sort(key=lambda c: c[0].index)
+        return out
+
+    def _best_of(self, group: int) -> SimInstance:
+        """The prefill instance of bit set ``group`` (pool positions) that comes first in ``_prefill_queue``."""
+        queue = self._prefill_queue
+        assert queue is not None
         pool = self.by_role["prefill"]
-        scheduler = self.setup.scheduler
-        if scheduler is None or scheduler.policy in ("random", "round_robin") or len(pool) <= 4:
-            return [(inst, self._local_tokens(inst, req)) for inst in pool]
-        by_outstanding = scheduler.policy == "load_balancing"
-        best: dict[tuple[int, int], SimInstance] = {}
-        for inst in pool:  # loading cost depends on how much of the local prefix is in HBM rather than DRAM
-            key = (id(inst.perf), self._local_tokens(inst, req), self._hbm_tokens(inst, req))
-            other = best.get(key)
-            if other is None or inst.queued_work_s < other.queued_work_s or (
-                    by_outstanding and inst.queued_work_s == other.queued_work_s and inst.outstanding < other.outstanding):
-                best[key] = inst
-        return sorted(((inst, key[1]) for key, inst in best.items()), key=lambda c: c[0].index)
+        if group.bit_count() <= FEW_TO_SORT:
+            return min((pool[p] for p in iter_bits(group)), key=queue.key)
+        pos, instances = self._pos, self.instances
+        for entry in queue:
+            if group >> pos[entry[-1]] & 1:
+                return instances[entry[-1]]
+        raise AssertionError("a group of prefill instances outside the prefill pool")
 
     def _prefill_pool(self) -> list[SimInstance]:
         """The instances ``prefill_views`` last described (view index -> instance)."""
@@ -502,6 +705,7 @@ class Cluster(InstanceHooks):
     def _arrive_disaggregated(self, now: float, req: SimRequest) -> None:
         scheduler = self.setup.scheduler
         assert scheduler is not None
+        self._refresh()
         self._current = req
         self._memo.clear()
         decision = scheduler.choose(req.prompt, self)
@@ -516,7 +720,7 @@ class Cluster(InstanceHooks):
             target = self._mixed_for_prompt(inst, req)
         elif mixed and decision.est_ttft_s - self.prefill_time_s(decision.prefill, req.prompt, decision.reuse_tokens) \
                 > self.setup.mixed_overflow_queue_s:
-            target = min(mixed, key=lambda m: (m.queued_work_s, m.outstanding, m.index))
+            target = self._first(self._mixed_queue)
         if target is not None:
             self.counters["mixed_prompts"] += 1
             self._enqueue_prefill(target, req, now, self._hbm_tokens(target, req))
@@ -573,6 +777,7 @@ class Cluster(InstanceHooks):
 
     # -- instance hooks ---------------------------------------------------------------------------
     def on_prefill_done(self, inst: SimInstance, req: SimRequest, now: float) -> None:
+        inst.touch()  # called in the middle of inst's iteration end: its load has changed
         if self.has_pool and req.keys:
             dram = self.dram[inst.index]
             if dram is not None:
@@ -585,15 +790,15 @@ class Cluster(InstanceHooks):
             req.reserved = 0
             self._finish_without_decode(inst, req, now)
             return
-        views = self.decode_views(req.prompt, 0.0)
-        if self.setup.rejection == "baseline" and decode_overloaded(views, self.setup.tbt_slo_s):
+        if self.setup.rejection == "baseline" and decode_overloaded(self.decode_views(req.prompt, 0.0),
+                                                                      self.setup.tbt_slo_s):
             inst.release(req.reserved)
             req.reserved = 0
             self.counters["rejected_after_prefill"] += 1
             self.wasted_prefill_tokens += req.prompt - req.cached_tokens
             self._fail(req, now, "rejected after prefill: decode instances overloaded (baseline)", RequestStatus.REJECTED)
             return
-        target = self._pick_decode(views, req.prompt)
+        target = self._pick_decode(req.prompt)
         bytes_ = float(inst.perf.kv_bytes_per_token) * req.prompt
         if target.index == inst.index:
             self._transferred(now, (inst, target, req))
@@ -615,39 +820,140 @@ class Cluster(InstanceHooks):
         req.finish_s = now
         self.on_finished(inst, req, now)
 
-    def _pick_decode(self, views: list[DecodeView], prompt_tokens: int = 0) -> SimInstance:
+    def _pick_decode(self, prompt_tokens: int) -> SimInstance:
+        """Where a request of ``prompt_tokens`` decodes: among the decode instances with room for its KV, the
+        one with the fastest estimated step (dynamic mixed pool, splitwise-sim's find_best_token_instance: the
+        least KV scheduled, lent ones left out), ties to the lowest index; then the mixed pool; then, when
+        every decode instance is full, the least-loaded one (it waits there)."""
+        self._refresh()
         decodes = self.by_role["decode"]
-        dynamic = self.setup.mixed_pool == "dynamic"
-        if dynamic:
+        if self.setup.mixed_pool == "dynamic":
             self._return_idle()
-        best, best_score = None, math.inf
-        for i, v in enumerate(views):
-            if dynamic and decodes[i].index in self.lent:
-                continue  # in the mixed pool: tried after the token pool
-            # dynamic (splitwise-sim's find_best_token_instance): the least KV scheduled; else the fastest step
-            score = decodes[i].capacity - v.kv_free_tokens if dynamic else v.step_s
-            if v.kv_free_tokens >= 0 and score < best_score:
-                best, best_score = i, score
-        if best is None and dynamic:
-            target = self._mixed_for_decode(prompt_tokens)
-            if target is not None:
+            best = self._least_kv_scheduled(prompt_tokens)
+            if best is None:
+                target = self._mixed_for_decode(prompt_tokens)
+                if target is not None:
+                    self.counters["mixed_decodes"] += 1
+                    return target
+        else:
+            best = self._fastest_decode(prompt_tokens)
+            if best is None and self._member_kv is not None:
                 self.counters["mixed_decodes"] += 1
-                return target
-        elif best is None and self.by_role["mixed"]:
-            self.counters["mixed_decodes"] += 1
-            return min(self.by_role["mixed"], key=lambda m: (m.kv_used / m.capacity, m.index))
+                return self._first(self._member_kv)
         if best is None:  # every decode instance is full: wait at the least-loaded one
-            best = min(range(len(decodes)), key=lambda i: (decodes[i].kv_used + len(decodes[i].pending), i))
-        return decodes[best]
+            best = min(decodes, key=lambda d: (d.kv_used + len(d.pending), d.index))
+        return best
+
+    def _least_kv_scheduled(self, prompt_tokens: int) -> Optional[SimInstance]:
+        """The non-lent decode instance with the least KV scheduled (in use, on its way, and this request's)
+        if it has room for the request, else None."""
+        room = self._decode_room
+        assert room is not None
+        for _, index in room:
+            inst = self.instances[index]
+            if _kv_room(inst, prompt_tokens):
+                return inst
+            if self._decode_capacity is not None:  # one capacity: the others have less room
+                return None
+        return None
+
+    def _fastest_decode(self, prompt_tokens: int) -> Optional[SimInstance]:
+        """The decode instance with room for the request whose estimated step, with the request added, is
+        the shortest (ties: the lowest index); None when none has room."""
+        steps = self._decode_steps
+        extra = prompt_tokens + 1
+        if steps is None:  # no lower bound to prune with: every decode instance
+            best, best_step = None, math.inf
+            for d in self.by_role["decode"]:
+                if _kv_room(d, prompt_tokens):
+                    step = d.step_estimate_s(1, extra)
+                    if step < best_step:
+                        best, best_step = d, step
+            return best
+        # one model, whose step never decreases with the context: within a batch size the member with room and
+        # the smallest context has the batch's shortest step, and the step at the batch's smallest context
+        # (without this request) bounds every member's from below, so batches are visited by that bound
+        # until it exceeds the best step found
+        instances = self.instances
+        limit = self._decode_capacity - extra  # one capacity: a context above this leaves no room for the KV
+        best: Optional[SimInstance] = None
+        best_step = math.inf
+        tied: list[tuple[int, list[tuple[int, int]]]] = []  # batches whose first member with room ties the best
+        for bound, _, members in steps.ordered():
+            if bound > best_step:
+                break
+            for k, (context, index) in enumerate(members):
+                if context > limit:
+                    break
+                d = instances[index]
+                if _kv_room(d, prompt_tokens):
+                    step = d.step_estimate_s(1, extra)
+                    if step < best_step:
+                        best, best_step, tied = d, step, [(k, members)]
+                    elif step == best_step and best is not None:
+                        tied.append((k, members))
+                        if index < best.index:
+                            best = d
+                    break
+        if best is None:
+            return None
+        # a member with more context can still tie the best step (a model flat in the context): the lowest
+        # index among the ties wins, as in a scan
+        for k, members in tied:
+            for context, index in members[k + 1:]:
+                if context > limit:
+                    break
+                if index > best.index:
+                    continue
+                d = instances[index]
+                if not _kv_room(d, prompt_tokens):
+                    continue
+                step = d.step_estimate_s(1, extra)
+                if step > best_step:
+                    break
+                if step == best_step:
+                    best = d
+        return best
+
+    def _first(self, pool: Optional[SortedPool]) -> SimInstance:
+        entry = pool.first() if pool is not None else None
+        assert entry is not None
+        return self.instances[entry[-1]]
 
     # -- Splitwise's dynamic mixed pool (engine.mixed_pool=dynamic; see the module docstring) ----------
     def _return_idle(self) -> None:
-        """Lent machines with no work left go back to their own pool."""
-        if self.lent:
-            self.lent = {i for i in self.lent if self.instances[i].busy or self.instances[i].outstanding}
+        """Lent machines with no work left go back to their own pool (only those touched since the last look
+        can have become idle)."""
+        self._refresh()
+        check = self._lent_check
+        if check:
+            for i in sorted(check):
+                inst = self.instances[i]
+                if i in self.lent and not (inst.busy or inst.outstanding):
+                    self._unlend(inst)
+            check.clear()
 
-    def _mixed_members(self) -> list[SimInstance]:
-        return [*self.by_role["mixed"], *(self.instances[i] for i in sorted(self.lent))]
+    def _lend(self, inst: SimInstance) -> None:
+        """``inst`` joins the mixed pool."""
+        self.lent.add(inst.index)
+        self._lent_check.add(inst.index)
+        for pool in (self._decode_room, self._decode_pending, self._prefill_kv):
+            if pool is not None:
+                pool.discard(inst)
+        for pool in (self._member_kv, self._member_pending):
+            if pool is not None:
+                pool.add(inst)
+
+    def _unlend(self, inst: SimInstance) -> None:
+        """``inst`` goes back to its own pool."""
+        self.lent.discard(inst.index)
+        for pool in (self._member_kv, self._member_pending):
+            if pool is not None:
+                pool.discard(inst)
+        own = (self._decode_room, self._decode_pending) if inst.role == "decode" else (self._prefill_kv,)
+        for pool in own:
+            if pool is not None:
+                pool.add(inst)
 
     def _queue_long(self, inst: SimInstance, prompt_tokens: int) -> bool:
         """splitwise-sim's ``is_queue_long``: work waits there and its pending tokens with this prompt exceed the
@@ -662,16 +968,19 @@ class Cluster(InstanceHooks):
         if not self._queue_long(inst, req.prompt):
             return None
         self._return_idle()
-        members = [m for m in self._mixed_members() if m is not inst]
-        if members:
-            best = min(members, key=lambda m: (_pending_tokens(m), m.index))
-            if not self._queue_long(best, req.prompt):
-                return best
-        free = [d for d in self.by_role["decode"] if d.index not in self.lent]
-        if not free:
+        members, free = self._member_pending, self._decode_pending
+        assert members is not None and free is not None
+        for entry in members:  # the least-loaded member other than inst
+            if entry[-1] != inst.index:
+                best = self.instances[entry[-1]]
+                if not self._queue_long(best, req.prompt):
+                    return best
+                break
+        entry = free.first()
+        if entry is None:
             return None
-        lend = min(free, key=lambda d: (_pending_tokens(d), d.index))
-        self.lent.add(lend.index)
+        lend = self.instances[entry[-1]]
+        self._lend(lend)
         self.counters["lent_token_machines"] += 1
         return lend
 
@@ -679,18 +988,18 @@ class Cluster(InstanceHooks):
         """Where a request decodes when no token machine has room for its KV: the mixed pool's member with
         the least KV in use if it has room, else a prompt machine lent to the mixed pool (the one with the
         least KV in use, if it has room); None: none has room."""
-        members = self._mixed_members()
-        if members:
-            best = min(members, key=lambda m: (m.kv_used / m.capacity, m.index))
+        entry = self._member_kv.first() if self._member_kv is not None else None
+        if entry is not None:
+            best = self.instances[entry[-1]]
             if _kv_room(best, prompt_tokens):
                 return best
-        free = [p for p in self.by_role["prefill"] if p.index not in self.lent]
-        if not free:
+        entry = self._prefill_kv.first() if self._prefill_kv is not None else None
+        if entry is None:
             return None
-        lend = min(free, key=lambda p: (p.kv_used / p.capacity, p.index))
+        lend = self.instances[entry[-1]]
         if not _kv_room(lend, prompt_tokens):
             return None
-        self.lent.add(lend.index)
+        self._lend(lend)
         self.counters["lent_prompt_machines"] += 1
         return lend
 
@@ -701,19 +1010,72 @@ class Cluster(InstanceHooks):
         dst.enqueue_decode(req, now)
 
     def on_finished(self, inst: SimInstance, req: SimRequest, now: float) -> None:
+        inst.touch()
+        if self._route_index is not None:
+            self._route_index.set(self._pos[inst.index], inst.outstanding)
         self._done += 1
-        self.counters["ok"] += 1
+        self._ok += 1
         if inst.role == "decode" and req.decode_start_s == req.decode_start_s:  # the uniform t_d estimate
             self._decode_s_sum += now - req.decode_start_s
             self._decode_s_n += 1
-        if not self.disaggregated and self.setup.router is not None:
+        if self._router_on_finished:
             self.setup.router.on_finished(RouteRequest(req.spec.request_id, req.keys, req.prompt), inst.role_index)
 
     def on_failed(self, inst: SimInstance, req: SimRequest, now: float, reason: str) -> None:
+        inst.touch()
+        if self._route_index is not None:
+            self._route_index.set(self._pos[inst.index], inst.outstanding)
         if req.reserved:
             inst.release(req.reserved)
             req.reserved = 0
         self._fail(req, now, reason)
+
+
+def _queue_key(inst: SimInstance) -> tuple[float, int]:
+    return (inst.queued_work_s, inst.index)
+
+
+def _queue_outstanding_key(inst: SimInstance) -> tuple[float, int, int]:
+    return (inst.queued_work_s, inst.outstanding, inst.index)
+
+
+def _room_key(inst: SimInstance) -> tuple[int, int]:
+    return (inst.kv_used + inst.pending_ctx, inst.index)
+
+
+def _batch_state(inst: SimInstance) -> tuple[int, int]:
+    """(sequences, context tokens) of a decode instance's batch, running and pending: its step estimate's inputs."""
+    return (len(inst.running) + len(inst.pending), inst.running_ctx + inst.pending_ctx)
+
+
+def _one_model(instances: Sequence[SimInstance]) -> bool:
+    return len({id(inst.perf) for inst in instances}) == 1
+
+
+def _pending_key(inst: SimInstance) -> tuple[int, int]:
+    return (_pending_tokens(inst), inst.index)
+
+
+def _kv_key(inst: SimInstance) -> tuple[float, int]:
+    return (inst.kv_used / inst.capacity if inst.capacity else math.inf, inst.index)
+
+
+class _PrefillViews(Sequence[PrefillView]):
+    """Every prefill instance as a :class:`PrefillView`, each built when the scheduler reads it (random and
+    round-robin read one)."""
+
+    def __init__(self, cluster: Cluster, pool: list[SimInstance], req: SimRequest) -> None:
+        self._cluster, self._pool, self._req = cluster, pool, req
+
+    def __len__(self) -> int:
+        return len(self._pool)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[k] for k in range(len(self._pool))[i]]
+        inst = self._pool[i]
+        return PrefillView(inst.name, inst.queued_work_s, self._cluster._local_tokens(inst, self._req),
+                           inst.outstanding)
 
 
 def _pending_tokens(inst: SimInstance) -> int:

@@ -6,8 +6,8 @@ scheduled and a run is deterministic. Handlers receive the event time and schedu
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
+from heapq import heappop, heappush
 from typing import Any
 
 # Priorities at equal times: iteration ends free capacity before new work is placed on it.
@@ -31,7 +31,7 @@ class EventQueue:
     def schedule(self, time: float, priority: int, handler: Callable[[float, Any], None], arg: Any = None) -> None:
         """Run ``handler(time, arg)`` at ``time`` (never before the current time)."""
         self._seq += 1
-        heapq.heappush(self._heap, (time if time > self.now else self.now, priority, self._seq, handler, arg))
+        heappush(self._heap, (time if time > self.now else self.now, priority, self._seq, handler, arg))
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -40,8 +40,16 @@ class EventQueue:
             progress_every: int = 20000) -> None:
         """Process events in order until none is left or the next is after ``until``."""
         heap = self._heap
-        pop = heapq.heappop
+        pop = heappop
         n = 0
+        if on_progress is None and until == float("inf"):  # the common case, without the checks
+            while heap:
+                time, _, _, handler, arg = pop(heap)
+                self.now = time
+                handler(time, arg)
+                n += 1
+            self.processed += n
+            return
         while heap and heap[0][0] <= until:
             time, _, _, handler, arg = pop(heap)
             self.now = time

@@ -20,6 +20,10 @@ step times form a known sequence (context grows by the batch size each step), so
 *segment* up to the next finish, evaluates its step times in one vectorised call, and cuts it short at
 the next iteration boundary if new work arrives. Each instance keeps the end time of every decode
 iteration; a request's token times are a slice of that timeline.
+
+Every call that can change an instance's load (work arriving, KV released, an iteration ending) ends by
+appending the instance to ``dirty_log`` (once until the cluster clears ``touched``): the cluster re-keys
+just those instances in its load indexes before its next choice (:mod:`systems.sim.load_index`).
 """
 
 from __future__ import annotations
@@ -56,6 +60,14 @@ class InstanceHooks:
 class SimInstance:
     """A serving instance of one role: ``colocated`` (or ``mixed``), ``prefill`` or ``decode``."""
 
+    __slots__ = (
+        "_chunks", "_decoding", "_finish_heap", "_seg_ends", "_seg_n", "_seg_start", "_timeline", "_timeline_list",
+        "_version", "budget", "busy", "busy_s", "capacity", "chunked", "dirty_log", "diter", "hbm", "hooks", "index",
+        "loop", "max_seqs", "mix_whole", "name", "pending", "pending_ctx", "perf", "preemptions",
+        "prefill_tokens_computed", "prefilling", "queued_tokens", "queued_work_s", "reserved", "role", "role_index",
+        "running", "running_ctx", "shape", "touched", "waiting",
+    )
+
     def __init__(self, index: int, name: str, role: str, shape: InstanceShape, perf: PerfModel, loop: EventQueue,
                  hooks: InstanceHooks, max_num_batched_tokens: int, max_num_seqs: int, chunked_prefill: bool,
                  hbm_cache: Optional[BlockLRU] = None) -> None:
@@ -82,9 +94,8 @@ class SimInstance:
         self.running_ctx = 0  # context tokens of the running sequences
         self.reserved = 0  # KV tokens reserved by prefills in progress and finished prefills not yet handed off
         self.diter = 0  # decode iterations completed
-        self._tl_chunks: list[np.ndarray] = []
-        self._tl_buf: list[float] = []
-        self._timeline: Optional[np.ndarray] = None
+        self._timeline = np.empty(16)  # end times of decode iterations 0 .. diter - 1 (grows by doubling)
+        self._timeline_list: Optional[list[float]] = None  # the same as Python floats, made for the records
         self.busy = False
         self._version = 0
         self._chunks: list[tuple[SimRequest, int]] = []
@@ -97,6 +108,14 @@ class SimInstance:
         self.busy_s = 0.0  # time spent in iterations
         self.prefill_tokens_computed = 0
         self.preemptions = 0
+        self.touched = False  # in dirty_log since the cluster last re-keyed this instance
+        self.dirty_log: list[SimInstance] = []  # the cluster's list of instances whose load may have changed
+
+    def touch(self) -> None:
+        """Record that this instance's load may have changed (see the module docstring)."""
+        if not self.touched:
+            self.touched = True
+            self.dirty_log.append(self)
 
     # -- load views -------------------------------------------------------------------------------
     @property
@@ -122,16 +141,19 @@ class SimInstance:
         self.queued_work_s += req.est_work_s
         self.queued_tokens += req.ctx_target
         self._wake(now)
+        self.touch()
 
     def enqueue_decode(self, req: SimRequest, now: float) -> None:
         """A request whose KV has arrived joins the decode queue."""
         self.pending.append(req)
         self.pending_ctx += req.prompt + req.generated
         self._wake(now)
+        self.touch()
 
     def release(self, tokens: int) -> None:
         """Free KV held for a request that left (handed off or rejected)."""
         self.reserved -= tokens
+        self.touch()
 
     def _wake(self, now: float) -> None:
         if not self.busy:
@@ -139,8 +161,8 @@ class SimInstance:
             return
         ends = self._seg_ends
         if ends is not None:  # cut the decode segment at the next iteration boundary
-            k = int(np.searchsorted(ends, now, side="right"))
-            n = min(k + 1, self._seg_n)
+            k = int(ends.searchsorted(now, side="right"))
+            n = k + 1
             if n < self._seg_n:
                 self._seg_n = n
                 self._version += 1
@@ -205,10 +227,14 @@ class SimInstance:
         cached = 0
         if self.hbm is not None and req.keys:
             cached = self.hbm.prefix_len(req.keys) * req.spec.block_size
-        if not req.recomputing:
-            cached = max(cached, req.cached_tokens)
-        cached = min(cached, req.prompt - 1, need - 1)
-        cached = max(cached, 0)
+        if not req.recomputing and req.cached_tokens > cached:
+            cached = req.cached_tokens
+        if cached > req.prompt - 1:  # cached = max(min(cached, prompt - 1, need - 1), 0)
+            cached = req.prompt - 1
+        if cached > need - 1:
+            cached = need - 1
+        if cached < 0:
+            cached = 0
         if not req.recomputing:
             req.cached_tokens = cached
             req.prefill_start_s = now
@@ -235,7 +261,7 @@ class SimInstance:
             req = prefilling[i]
             remaining = req.ctx_target - req.computed
             if self.chunked:
-                c = min(remaining, budget)
+                c = remaining if remaining < budget else budget
             elif chunks and remaining > budget:  # whole prompts only; the first may exceed the budget
                 break
             else:
@@ -247,8 +273,11 @@ class SimInstance:
         return chunks
 
     def _start(self, now: float) -> None:
-        self._admit_pending(now)
-        if self.running:  # a prefill instance decodes too when lent to Splitwise's dynamic mixed pool
+        if self.pending:
+            self._admit_pending(now)
+        running = self.running
+        # a prefill instance decodes too when lent to Splitwise's dynamic mixed pool
+        if running and self.running_ctx + self.reserved + len(running) > self.capacity:
             self._preempt_for_growth(now)
         chunks = self._form_prefill(now) if self.waiting or self.prefilling else []
         b = len(self.running)
@@ -279,13 +308,21 @@ class SimInstance:
             heapq.heappop(heap)
         b = len(self.running)
         n = heap[0][0] - self.diter if heap else SEGMENT_CAP
-        room = self.capacity - self.running_ctx - self.reserved
-        n = max(1, min(n, room // b if b else n, SEGMENT_CAP))
+        if b:  # n = max(1, min(n, room // b, SEGMENT_CAP))
+            room = (self.capacity - self.running_ctx - self.reserved) // b
+            if room < n:
+                n = room
+        if n > SEGMENT_CAP:
+            n = SEGMENT_CAP
+        if n < 1:
+            n = 1
         if n == 1:
             ends = np.array([now + float(self.perf.decode_step_time_s(b, self.running_ctx))])
         else:
-            ctx = self.running_ctx + b * np.arange(n, dtype=np.float64)
-            ends = now + np.cumsum(self.perf.decode_step_time_s(b, ctx))
+            ctx = np.arange(self.running_ctx, self.running_ctx + b * n, b, dtype=np.float64)  # context at each step
+            steps = self.perf.decode_step_time_s(b, ctx)
+            ends = steps.cumsum() if isinstance(steps, np.ndarray) else np.cumsum(steps)
+            ends += now  # now + each partial sum
         self.busy = True
         self._seg_start = now
         self._seg_ends = ends
@@ -300,10 +337,10 @@ class SimInstance:
         ends = self._seg_ends
         assert ends is not None
         n = self._seg_n
-        if self._tl_buf:
-            self._tl_chunks.append(np.asarray(self._tl_buf))
-            self._tl_buf = []
-        self._tl_chunks.append(ends[:n])
+        first = self.diter
+        if first + n > len(self._timeline):
+            self._grow_timeline(first + n)
+        self._timeline[first:first + n] = ends[:n]
         b = len(self.running)
         self.busy_s += now - self._seg_start
         self.diter += n
@@ -312,13 +349,16 @@ class SimInstance:
         self._finish_due(now)
         self.busy = False
         self._start(now)
+        self.touch()
 
     def _end_mixed(self, now: float, version: int) -> None:
         if version != self._version:
             return
         b = len(self.running) if self._decoding else 0
         if b:
-            self._tl_buf.append(now)
+            if self.diter == len(self._timeline):
+                self._grow_timeline(self.diter + 1)
+            self._timeline[self.diter] = now
             self.diter += 1
             self.running_ctx += b
             self._finish_due(now)
@@ -348,6 +388,7 @@ class SimInstance:
                 self.hooks.on_prefill_done(self, req, now)
         self.busy = False
         self._start(now)
+        self.touch()
 
     def _finish_due(self, now: float) -> None:
         heap = self._finish_heap
@@ -388,18 +429,27 @@ class SimInstance:
             if math.isnan(req.decode_start_s):
                 req.decode_start_s = now
             self._finish(req, now)
+            self.touch()
             return
         if math.isnan(req.decode_start_s):
             req.decode_start_s = now
         self._join_running(req)
+        self.touch()
 
     # -- after the run ----------------------------------------------------------------------------
+    def _grow_timeline(self, size: int) -> None:
+        grown = np.empty(max(size, 2 * len(self._timeline)))
+        grown[:self.diter] = self._timeline[:self.diter]
+        self._timeline = grown
+
+    def iteration_list(self, first: int, count: int) -> list[float]:
+        """:meth:`iteration_times` as a list of Python floats, for records once the run is over: the floats are
+        made once per instance and shared by the records (each holds 8 bytes per token, not a float of its own)."""
+        if self._timeline_list is None or len(self._timeline_list) != self.diter:
+            self._timeline_list = self._timeline[:self.diter].tolist()
+        return self._timeline_list[first:first + count]
+
     def iteration_times(self, first: int, count: int) -> np.ndarray:
         """End times of decode iterations ``first .. first + count - 1``."""
-        if self._timeline is None:
-            parts = [*self._tl_chunks]
-            if self._tl_buf:
-                parts.append(np.asarray(self._tl_buf))
-            self._timeline = np.concatenate(parts) if parts else np.zeros(0)
-        return self._timeline[first:first + count]
+        return self._timeline[first:min(first + count, self.diter)]
 

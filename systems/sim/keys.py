@@ -11,10 +11,12 @@ token content) and carry the same information for specs whose ``hash_ids`` alrea
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 
 from harness.records import RequestSpec
 
 
+@lru_cache(maxsize=1024)
 def tenant_salt(tenant: str) -> int:
     """A stable 63-bit salt for ``tenant`` ("" -> 0)."""
     if not tenant:

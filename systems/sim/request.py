@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from harness.records import RequestRecord, RequestSpec, RequestStatus
 
 NAN = math.nan
@@ -58,10 +56,11 @@ class SimRequest:
     def to_record(self) -> RequestRecord:
         """The record of this request (token times gathered from the instances' iteration timelines)."""
         spec = self.spec
-        parts = [np.asarray(self.token_times, dtype=float)]
-        for inst, first, count in self.ranges:
-            parts.append(inst.iteration_times(first, count))  # type: ignore[attr-defined]
-        times = np.sort(np.concatenate(parts)) if len(parts) > 1 else parts[0]
+        times = [float(t) for t in self.token_times]  # event times may be NumPy floats (from the arrivals)
+        if self.ranges:
+            for inst, first, count in self.ranges:
+                times += inst.iteration_list(first, count)  # type: ignore[attr-defined]
+            times.sort()  # already in order unless a preempted sequence was recomputed
         ok = self.status == RequestStatus.OK
         extra = {
             "queue_s": self.prefill_start_s - spec.arrival_s if self.prefill_start_s == self.prefill_start_s else NAN,
@@ -80,7 +79,7 @@ class SimRequest:
             request_id=spec.request_id, status=self.status, arrival_s=spec.arrival_s, sent_s=spec.arrival_s,
             first_token_s=self.first_token_s if len(times) else NAN,
             finish_s=self.finish_s, input_length=spec.input_length, output_length=spec.output_length,
-            n_out=len(times), chunk_times_s=tuple(times.tolist()), cached_tokens=self.cached_tokens,
+            n_out=len(times), chunk_times_s=tuple(times), cached_tokens=self.cached_tokens,
             instance=instance, error=self.error, prefix_group=spec.prefix_group,
             shared_prefix_len=spec.shared_prefix_len, session_id=spec.session_id, turn=spec.turn, extra=extra,
         )

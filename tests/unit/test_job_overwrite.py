@@ -118,9 +118,9 @@ def test_rerun_into_the_same_folder(tmp_path: Path) -> None:
     assert b"overwrite=true" in after[".hydra/overrides.yaml"]
 
 
-def test_multirun_jobs_get_new_folders(tmp_path: Path) -> None:
+def test_multirun_jobs_get_folders_named_by_the_swept_key(tmp_path: Path) -> None:
     code, err = run_harness(["-m", "job=workload", f"results_dir={tmp_path / 'results'}", "seed=0,1"], tmp_path, "multi")
     assert code == 0, err
-    summaries = sorted((tmp_path / "results" / "default").glob("*_job*/summary.json"))
-    assert len(summaries) == 2
+    summaries = sorted((tmp_path / "results" / "default").glob("*/summary.json"))
+    assert [p.parent.name for p in summaries] == ["seed=0", "seed=1"]
     assert [json.loads(p.read_text())["status"] for p in summaries] == ["ok", "ok"]

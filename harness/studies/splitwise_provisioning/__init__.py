@@ -76,7 +76,14 @@ searches of every candidate, pruning) and :mod:`.study` (planning, choosing, wri
 (``cost``/``power``), ``budget_machines``, ``budget_hardware``, ``gpus_per_machine``, ``machine_power_w``,
 ``max_splits``, ``bisect_steps``, ``max_expand``, ``initial_rate_per_machine_rps``, ``prune_dominated``,
 ``refine_growth``, ``rate_rel_tol``, ``criterion``, ``reference_hardware``, ``reference_tp``, ``quantiles``,
-``slowdown_bounds``, ``reference_design``, ``scenarios``.
+``slowdown_bounds``, ``reference_design``, ``scenarios``, ``parallel`` and ``parallel_workers``.
+
+**Parallel searches** (``parallel``: ``auto``, ``none``, ``joblib``, ``ray``, ``slurm``, ``submitit_local``;
+``parallel_workers``: null or a cap): each design on each trace (every split of every budget, in every
+scenario) is one task of a probe pool (:mod:`harness.probe_pool`); ``auto`` follows the configured Hydra
+launcher (joblib processes, Ray tasks, submitit jobs; in-process under the basic launcher). The chosen
+splits' records are simulated the same way. Results are merged in the in-process order: the tables are the
+same wherever the tasks ran, wall-time columns aside (``docs/parallel_probes.md``).
 """
 
 from harness.studies.splitwise_provisioning.study import run_splitwise_provisioning

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from harness.errors import ConfigError
+from harness.probe_pool import check_parallel
 
 BUDGET_KINDS = ("cost", "power")
 CRITERIA = ("splitwise_slowdown", "attainment")
@@ -38,6 +39,8 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "slowdown_bounds": {k: list(v) for k, v in SPLITWISE_SLOWDOWN_BOUNDS.items()},
     "reference_design": "baseline_a100",
     "scenarios": {},
+    "parallel": "auto",
+    "parallel_workers": None,
 }
 SCENARIO_KEYS = ("overrides", "traces", "budgets", "designs")
 
@@ -114,6 +117,8 @@ class ProvisioningParams:
     slowdown_bounds: Mapping[str, tuple[float, ...]]
     reference_design: str
     scenarios: tuple[Scenario, ...] = ()
+    parallel: str = "auto"  # where the design x trace searches run (harness.probe_pool.MODES)
+    parallel_workers: Optional[int] = None
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any]) -> ProvisioningParams:
@@ -135,11 +140,13 @@ class ProvisioningParams:
                   criterion=str(p["criterion"]), reference_hardware=str(p["reference_hardware"]),
                   reference_tp=int(p["reference_tp"]), quantiles=tuple(float(q) for q in p["quantiles"]),
                   slowdown_bounds=bounds, reference_design=str(p["reference_design"]),
-                  scenarios=parse_scenarios(p["scenarios"]))
+                  scenarios=parse_scenarios(p["scenarios"]), parallel=p["parallel"],
+                  parallel_workers=p["parallel_workers"])
         out.check()
         return out
 
     def check(self) -> None:
+        check_parallel(self.parallel, self.parallel_workers)
         if not self.traces:
             raise ConfigError("study.params.traces: give at least one workload group name")
         bad = [b for b in self.budgets if b not in BUDGET_KINDS]

@@ -7,6 +7,11 @@ its design reached so far: if it fails there it cannot be the design's best (pas
 monotone in the rate, as every bisection here assumes), its row says so (``pruned``, ``max_rate_rps``
 empty, ``rate_upper_rps`` that rate) and it costs one simulation; if it passes, the search continues
 upwards from there in steps of ``refine_growth``.
+
+Pruning and reuse (a split both budgets buy is searched once) tie the candidates of one design on one
+trace together, and nothing else does: :func:`search_design` runs one design on one trace, every budget in
+order, as one probe-pool task (:mod:`harness.probe_pool`) on a fresh :class:`ProvisioningRun`, and
+:meth:`ProvisioningRun.add` merges its rows and probes back in the order an in-process run writes them.
 """
 
 from __future__ import annotations
@@ -14,15 +19,22 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from harness.capacity import RateSearch, search_max_rate
 from harness.config import Config
 from harness.metrics import request_frame
+from harness.records import RequestRecord
 from harness.studies.simulate import load_requests, point_workload, simulate
-from harness.studies.splitwise_provisioning.machines import Candidate, Design, MachineType, candidate_config
+from harness.studies.splitwise_provisioning.machines import (
+    Candidate,
+    Design,
+    MachineType,
+    candidate_config,
+    enumerate_candidates,
+)
 from harness.studies.splitwise_provisioning.params import MAIN_SCENARIO, ProvisioningParams
 from harness.studies.splitwise_provisioning.slowdown import (
     UncontendedReference,
@@ -197,8 +209,91 @@ class ProvisioningRun:
                  design.label, cand.split(), f"below {done.pruned_at:.3g} req/s (pruned)" if pruned
                  else f"max {result.rate_rps:.3g} req/s", cost, power, len(result.probes), ", reused" if reused else "")
 
-    def records_of(self, row: int, rate: float) -> tuple[Any, ...]:
+    def add(self, task: DesignTask, outcome: DesignOutcome, budget_index: int) -> None:
+        """Append what ``task`` found for its ``budget_index``-th budget (rows, with their sources, and
+        probes) as :meth:`design_rows` would have, in this process."""
+        _, _, candidates = task.budgets[budget_index]
+        rows, probes = outcome.parts[budget_index]
+        for j, row in enumerate(rows):
+            if candidates:  # one row per candidate, in order; an infeasible design's one row has no source
+                self.sources[len(self.rows)] = (task.cfg, candidates[j], task.plan)
+            self.rows.append(row)
+        self.probes.extend(probes)
+
+    def count(self, outcome: DesignOutcome) -> None:
+        """Add a task's simulations and their wall time to this run's."""
+        self.n_simulations += outcome.n_simulations
+        self.sim_wall_s += outcome.sim_wall_s
+
+    def records_of(self, row: int, rate: float) -> tuple[RequestRecord, ...]:
         """The records of row ``row``'s candidate at ``rate`` (the simulation is deterministic: the same
         records as its probe at that rate)."""
         cfg, cand, plan = self.sources[row]
-        return simulate(SimulatedCluster(candidate_config(cfg, cand)), at_rate(plan.requests, rate)).records
+        return candidate_records((cfg, cand, plan.requests, rate))
+
+
+@dataclass(frozen=True)
+class DesignTask:
+    """One probe-pool task: ``design`` (composed as ``cfg``) on ``plan``'s trace, for each budget
+    ``(kind, budget, candidates)`` in order."""
+
+    plan: TracePlan
+    design: Design
+    cfg: Config
+    budgets: tuple[tuple[str, float, tuple[Candidate, ...]], ...]
+
+
+@dataclass
+class DesignOutcome:
+    """What a :class:`DesignTask` found: per budget, its rows and probes; its simulations and their time."""
+
+    parts: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]
+    n_simulations: int
+    sim_wall_s: float
+
+
+def search_design(params: ProvisioningParams, machines: Mapping[str, MachineType], task: DesignTask) -> DesignOutcome:
+    """Run ``task`` on a fresh :class:`ProvisioningRun` (the budgets in order, so a split both buy is
+    searched once, as in one run)."""
+    run = ProvisioningRun(params, machines)
+    parts = []
+    for kind, budget, candidates in task.budgets:
+        rows, probes = len(run.rows), len(run.probes)
+        run.design_rows(task.plan, kind, budget, task.design, task.cfg, list(candidates))
+        parts.append((run.rows[rows:], run.probes[probes:]))
+    return DesignOutcome(parts, run.n_simulations, run.sim_wall_s)
+
+
+def candidate_records(item: tuple[Config, Candidate, WorkloadRequests, float]) -> tuple[RequestRecord, ...]:
+    """The records of ``(cfg, candidate, unit-rate requests, rate)`` simulated at that rate (a probe-pool task)."""
+    cfg, cand, requests, rate = item
+    return tuple(simulate(SimulatedCluster(candidate_config(cfg, cand)), at_rate(requests, rate)).records)
+
+
+def design_tasks(params: ProvisioningParams, plans: Sequence[TracePlan], machines: Mapping[str, MachineType],
+                 budget_machine: MachineType, budgets: Sequence[str]) -> list[DesignTask]:
+    """One task per trace and design (trace-major, designs in order) with the candidates each of
+    ``budgets`` buys (``budget_machines`` of ``budget_machine``)."""
+    tasks = []
+    for plan in plans:
+        for design, vcfg in plan.designs:
+            per_budget = []
+            for kind in budgets:
+                budget = params.budget_machines * budget_machine.resource(kind)
+                candidates = enumerate_candidates(design, machines, kind, budget, params.max_splits)
+                per_budget.append((kind, budget, tuple(candidates)))
+            tasks.append(DesignTask(plan, design, vcfg, tuple(per_budget)))
+    return tasks
+
+
+def merge_outcomes(run: ProvisioningRun, tasks: Sequence[DesignTask], outcomes: Sequence[DesignOutcome]) -> None:
+    """Add every task's rows and probes to ``run`` in the order an in-process run appends them: trace,
+    then budget, then design."""
+    traces: dict[int, list[tuple[DesignTask, DesignOutcome]]] = {}
+    for task, outcome in zip(tasks, outcomes, strict=True):
+        run.count(outcome)
+        traces.setdefault(id(task.plan), []).append((task, outcome))
+    for group in traces.values():  # insertion order: the plans' order
+        for b in range(len(group[0][0].budgets)):
+            for task, outcome in group:
+                run.add(task, outcome, b)

@@ -2,35 +2,41 @@
 candidate split for its highest passing rate (:mod:`.search`), choose the best per design and write the
 tables; then the same for each sensitivity scenario (``study.params.scenarios``). Each chosen split at
 its highest passing rate (the point the claims read) is assessed against ``validity``: ``valid`` and
-``validity_reasons`` in ``study.csv``, every block in ``summary.json``."""
+``validity_reasons`` in ``study.csv``, every block in ``summary.json``.
+
+The searches, one task per scenario x trace x design (all of them in one batch), and the simulations of the
+chosen splits go through the probe pool ``study.params.parallel`` names (:mod:`harness.probe_pool`); the
+results are merged in the in-process order, so the tables are the same wherever they ran (only the wall
+times differ)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from harness.config import Config
 from harness.errors import ConfigError
 from harness.jobs import JobResult
+from harness.probe_pool import probe_pool
 from harness.result_files import PROBES_FILE, REQUESTS_FILE, SENSITIVITY_FILE, STUDY_FILE
 from harness.results import RunFolder, records_frame
-from harness.studies.splitwise_provisioning.machines import (
-    MachineType,
-    design_from_config,
-    enumerate_candidates,
-    machine_type,
-)
+from harness.studies.splitwise_provisioning.machines import MachineType, design_from_config, machine_type
 from harness.studies.splitwise_provisioning.params import MAIN_SCENARIO, ProvisioningParams, Scenario
 from harness.studies.splitwise_provisioning.search import (
     ProvisioningRun,
     TracePlan,
     at_rate,
+    candidate_records,
+    design_tasks,
+    merge_outcomes,
+    search_design,
     unit_rate_requests,
 )
 from harness.studies.splitwise_provisioning.slowdown import reference_model
@@ -101,18 +107,8 @@ def plan_traces(cfg: Config, params: ProvisioningParams, machines: dict[str, Mac
     return plans
 
 
-def _provision(cfg: Config, params: ProvisioningParams, plans: list[TracePlan], run: ProvisioningRun,
-               budget_machine: MachineType, scenario: Scenario | None = None) -> pd.DataFrame:
-    """Every design's candidates on every plan and budget, chosen; the table of this run."""
-    budgets = [b for b in params.budgets if scenario is None or scenario.budgets is None or b in scenario.budgets]
-    jobs = [(plan, kind, design, vcfg) for plan in plans for kind in budgets for design, vcfg in plan.designs]
-    name = scenario.name if scenario else MAIN_SCENARIO
-    for plan, kind, design, vcfg in tqdm(jobs, desc=f"{name}: designs x budgets", unit="design",
-                                         disable=not cfg.engine.progress):
-        budget = params.budget_machines * budget_machine.resource(kind)
-        candidates = enumerate_candidates(design, run.machines, kind, budget, params.max_splits)
-        run.design_rows(plan, kind, budget, design, vcfg, candidates)
-    return choose(pd.DataFrame(run.rows), params.reference_design)
+def _budgets(params: ProvisioningParams, scenario: Scenario | None) -> list[str]:
+    return [b for b in params.budgets if scenario is None or scenario.budgets is None or b in scenario.budgets]
 
 
 def _check_scenarios(cfg: Config, params: ProvisioningParams) -> None:
@@ -134,8 +130,22 @@ def run_splitwise_provisioning(cfg: Config, folder: RunFolder) -> JobResult:
     plans = plan_traces(cfg, params, machines)
     scenario_plans = [(s, plan_traces(cfg, params, machines, s)) for s in params.scenarios]  # checked before any run
     start = time.perf_counter()
-    run = ProvisioningRun(params, machines)
-    table = _provision(cfg, params, plans, run, budget_machine)
+    main_tasks = design_tasks(params, plans, machines, budget_machine, _budgets(params, None))
+    scenario_tasks = [design_tasks(params, splans, machines, budget_machine, _budgets(params, s))
+                      for s, splans in scenario_plans]
+    with probe_pool(params.parallel, params.parallel_workers, Path(folder.path),
+                    progress=cfg.engine.progress) as pool:
+        outcomes = pool.map(functools.partial(search_design, params, machines),
+                            [*main_tasks, *(t for tasks in scenario_tasks for t in tasks)],
+                            desc="designs x traces (all scenarios)")
+        run = ProvisioningRun(params, machines)
+        merge_outcomes(run, main_tasks, outcomes[:len(main_tasks)])
+        table = choose(pd.DataFrame(run.rows), params.reference_design)
+        chosen = [int(i) for i in table.index[table["chosen"]] if float(table.at[i, "max_rate_rps"]) > 0]
+        # the chosen splits at their highest passing rates: the points the claims are computed from
+        items = [(run.sources[i][0], run.sources[i][1], run.sources[i][2].requests,
+                  float(table.at[i, "max_rate_rps"])) for i in chosen]
+        chosen_records = dict(zip(chosen, pool.map(candidate_records, items, desc="chosen splits"), strict=True))
     files = {"study": STUDY_FILE, "probes": PROBES_FILE}
     probes = list(run.probes)
     n_sims, sim_wall = run.n_simulations, run.sim_wall_s
@@ -145,8 +155,7 @@ def run_splitwise_provisioning(cfg: Config, folder: RunFolder) -> JobResult:
     for index in table.index[table["chosen"]]:
         rate = float(table.at[index, "max_rate_rps"])
         if rate > 0:
-            records = run.records_of(int(index), rate)
-            # the chosen split at its highest passing rate: the point the claims are computed from
+            records = chosen_records[int(index)]
             validity = assess_validity(records, {}, cfg.validity, offered_rate_rps=rate)
             validities["/".join(str(table.at[index, k]) for k in ("trace", "budget", "design"))] = validity
             table.at[index, "valid"] = validity["valid"]
@@ -160,9 +169,12 @@ def run_splitwise_provisioning(cfg: Config, folder: RunFolder) -> JobResult:
         folder.write_table(REQUESTS_FILE, pd.concat(frames, ignore_index=True))
         files["requests"] = REQUESTS_FILE
     sensitivity = []
-    for scenario, splans in scenario_plans:
+    done = len(main_tasks)
+    for tasks in scenario_tasks:
         srun = ProvisioningRun(params, machines)
-        sensitivity.append(_provision(cfg, params, splans, srun, budget_machine, scenario))
+        merge_outcomes(srun, tasks, outcomes[done:done + len(tasks)])
+        done += len(tasks)
+        sensitivity.append(choose(pd.DataFrame(srun.rows), params.reference_design))
         probes += srun.probes
         n_sims, sim_wall = n_sims + srun.n_simulations, sim_wall + srun.sim_wall_s
     tables = {"study": table}

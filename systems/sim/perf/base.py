@@ -57,6 +57,13 @@ class PerfModel(ABC):
     def decode_step_time_s(self, batch_size: ArrayLike, sum_context: ArrayLike) -> ArrayLike:
         """One decode step of ``batch_size`` sequences with ``sum_context`` context tokens in all."""
 
+    def decode_monotone_in_context(self) -> bool:
+        """True when ``decode_step_time_s(b, c)`` for a scalar ``b`` never decreases as an integer ``c`` grows,
+        in floating point too (each operation on ``c`` is a correctly rounded add, or a multiply by a
+        non-negative constant, or a max/min: all monotone). The simulator then prunes its decode choice with
+        the step time at the smallest context as a lower bound. Default: no claim (the choice scans)."""
+        return False
+
     def mixed_step_time_s(self, sum_tokens: float, sum_sq_tokens: float, n_seqs: int,
                           batch_size: int, sum_context: float) -> float:
         """One iteration that runs prefill chunks and decodes together (chunked prefill, colocated).

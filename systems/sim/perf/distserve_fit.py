@@ -139,6 +139,10 @@ class DistServeFitModel(ShapedPerfModel):
         a, b, c = self._c.decode_small if batch_size < self._c.threshold else self._c.decode_large
         return (a + b * (sum_context + batch_size) + c * batch_size) / self._pp / 1e3
 
+    def decode_monotone_in_context(self) -> bool:
+        # (a + b * (context + batch) + c * batch) / pp / 1e3: non-decreasing in the context when b >= 0
+        return self._c.decode_small[1] >= 0 and self._c.decode_large[1] >= 0 and self._pp > 0
+
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "engine": self.engine, "tp": self.shape.tp, "pp": self.shape.pp,
                 "source": DISTSERVE_JSON[self.engine]}

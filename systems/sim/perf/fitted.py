@@ -84,6 +84,9 @@ class FittedProfileModel(ShapedPerfModel):
             return (a + b * ctx + c * bs) / 1e3
         return (a + b * float(sum_context) + c * float(batch_size)) / 1e3
 
+    def decode_monotone_in_context(self) -> bool:
+        return self._decode[1] >= 0  # (a + b * context + c * batch) / 1e3
+
     def kv_link(self) -> Optional[LinkSpec]:
         """The profile's fitted P->D KV transfer as a link, or ``None`` when the profile measured none."""
         return profile_link(self.profile)

@@ -127,6 +127,10 @@ class PeerTimedModel(PerfModel):
             t = t + simdistserve_overhead_s(sum_context)
         return t
 
+    def decode_monotone_in_context(self) -> bool:
+        # the token table ignores the context; the overhead grows with it
+        return self.token_table is not None or self.inner.decode_monotone_in_context()
+
     def mixed_step_time_s(self, sum_tokens: float, sum_sq_tokens: float, n_seqs: int,
                           batch_size: int, sum_context: float) -> float:
         if sum_tokens <= 0:

@@ -129,13 +129,23 @@ class RooflineModel(ShapedPerfModel):
             if pp > 1:
                 self._comm_fixed += lat
                 self._comm_token += act_bytes / link
+        # terms that add exactly 0.0 to a positive time are skipped (the result is the same float)
+        self._full_overlap = self.overlap == 1.0
+        self._no_comm = self._comm_fixed == 0.0 and self._comm_token == 0.0
 
     def _combine(self, compute, memory, tokens):
+        """``max + (1 - overlap) * min + comm_fixed + comm_token * tokens + overhead``, left to right."""
         if isinstance(compute, np.ndarray) or isinstance(memory, np.ndarray):
-            hi, lo = np.maximum(compute, memory), np.minimum(compute, memory)
+            t = np.maximum(compute, memory)
+            if not self._full_overlap:
+                t = t + (1.0 - self.overlap) * np.minimum(compute, memory)
         else:
-            hi, lo = max(compute, memory), min(compute, memory)
-        return hi + (1.0 - self.overlap) * lo + self._comm_fixed + self._comm_token * tokens + self._overhead
+            t = max(compute, memory)
+            if not self._full_overlap:
+                t = t + (1.0 - self.overlap) * min(compute, memory)
+        if not self._no_comm:
+            t = t + self._comm_fixed + self._comm_token * tokens
+        return t + self._overhead
 
     def prefill_time_s(self, sum_tokens: float, sum_sq_tokens: float, n_seqs: int = 1) -> float:
         if sum_tokens <= 0:
@@ -145,12 +155,34 @@ class RooflineModel(ShapedPerfModel):
         return float(self._combine(compute, memory, sum_tokens))
 
     def decode_step_time_s(self, batch_size: ArrayLike, sum_context: ArrayLike) -> ArrayLike:
+        if isinstance(sum_context, np.ndarray) and not isinstance(batch_size, np.ndarray):
+            # one batch size over a stretch of steps (the simulator's decode segments): the batch stays a
+            # Python float (the same double arithmetic as a 0-d array, without converting it)
+            # Python float (the same double arithmetic as a 0-d array), and new arrays updated in place (a + b
+            # and b + a are the same float)
+            b = float(batch_size)
+            ctx = sum_context if sum_context.dtype == np.float64 else np.asarray(sum_context, dtype=float)
+            compute = ctx * self._t_attn_ctx
+            compute += b * self._t_flop_token
+            memory = ctx + b
+            memory *= self._t_kv_token
+            memory += self._t_weights
+            if self._full_overlap and self._no_comm:
+                np.maximum(compute, memory, out=compute)
+                compute += self._overhead
+                return compute
+            return self._combine(compute, memory, b)
         if isinstance(batch_size, np.ndarray) or isinstance(sum_context, np.ndarray):
             batch_size = np.asarray(batch_size, dtype=float)
             sum_context = np.asarray(sum_context, dtype=float)
         compute = batch_size * self._t_flop_token + sum_context * self._t_attn_ctx
         memory = self._t_weights + (sum_context + batch_size) * self._t_kv_token
         return self._combine(compute, memory, batch_size)
+
+    def decode_monotone_in_context(self) -> bool:
+        # the context enters compute and memory with non-negative factors; max, min, and adding
+        # (1 - overlap) >= 0 times the smaller keep the order
+        return self._t_attn_ctx >= 0 and self._t_kv_token >= 0 and 0 <= self.overlap <= 1
 
     def mixed_step_time_s(self, sum_tokens: float, sum_sq_tokens: float, n_seqs: int,
                           batch_size: int, sum_context: float) -> float:

@@ -52,6 +52,7 @@ MODEL_NAMES = MappingProxyType({"llama2_70b": "llama2-70b", "bloom_176b": "bloom
 HARDWARE_NAMES = MappingProxyType({"a100_80gb": "a100-80gb", "h100_80gb": "h100-80gb",
                                    "h100_80gb_pcap": "h100-80gb-pcap"})
 MIXED_FACTOR = 1.1  # splitwise-sim's factor for an iteration mixing prompts and tokens
+MEMO_LIMIT = 100_000  # prefill times remembered per model (token counts: a bounded set in practice)
 OUTLIER_FRACTION = 0.5
 
 
@@ -175,17 +176,30 @@ class SplitwiseProfileModel(ShapedPerfModel):
                            (MODEL_NAMES[model.name], HARDWARE_NAMES[hw.name], shape.tp))
         super().__init__(model, hw, shape)
         self._kv_capacity = kv_capacity_tokens_for(model, hw, shape, gpu_memory_utilization, activation_reserve_gib)
+        # memos of pure functions of one number (same inputs, same floats): the simulator asks again and again
+        self._prefill_memo: dict[float, float] = {}
+        self._segment_base_memo: dict[int, float] = {}
 
     def prefill_time_s(self, sum_tokens: float, sum_sq_tokens: float = 0.0, n_seqs: int = 1) -> float:
         if sum_tokens <= 0:
             return 0.0
-        return max(_interp(sum_tokens, self.grid.prefill_tokens, self.grid.prefill_ms), 0.0) / 1e3
+        plain = type(sum_tokens) is int or type(sum_tokens) is float  # a NumPy number returns a NumPy float
+        t = self._prefill_memo.get(sum_tokens) if plain else None
+        if t is None:
+            t = max(_interp(sum_tokens, self.grid.prefill_tokens, self.grid.prefill_ms), 0.0) / 1e3
+            if plain and len(self._prefill_memo) < MEMO_LIMIT:
+                self._prefill_memo[sum_tokens] = t
+        return t
 
     def decode_step_time_s(self, batch_size: ArrayLike, sum_context: ArrayLike) -> ArrayLike:
         g = self.grid
         if not isinstance(batch_size, np.ndarray) and isinstance(sum_context, np.ndarray):
             # one batch size over a stretch of steps (the simulator's decode segments): interpolate once
-            base = _interp(batch_size, g.decode_batch, g.decode_ms) - g.context_slope_ms * batch_size * g.context_ref
+            base = self._segment_base_memo.get(batch_size) if type(batch_size) is int else None
+            if base is None:
+                base = _interp(batch_size, g.decode_batch, g.decode_ms) - g.context_slope_ms * batch_size * g.context_ref
+                if type(batch_size) is int:
+                    self._segment_base_memo[batch_size] = base
             return np.maximum(base + g.context_slope_ms * sum_context, 0.0) / 1e3
         if isinstance(batch_size, np.ndarray) or isinstance(sum_context, np.ndarray):
             bs, ctx = np.broadcast_arrays(np.asarray(batch_size, dtype=float), np.asarray(sum_context, dtype=float))
@@ -194,6 +208,10 @@ class SplitwiseProfileModel(ShapedPerfModel):
         ms = _interp(batch_size, g.decode_batch, g.decode_ms) + g.context_slope_ms * (
             sum_context - batch_size * g.context_ref)
         return max(ms, 0.0) / 1e3
+
+    def decode_monotone_in_context(self) -> bool:
+        # max(interp(batch) + slope * (context - batch * ref), 0) / 1e3
+        return self.grid.context_slope_ms >= 0
 
     def mixed_step_time_s(self, sum_tokens: float, sum_sq_tokens: float, n_seqs: int,
                           batch_size: int, sum_context: float) -> float:

@@ -1,0 +1,184 @@
+"""How the simulator's cost per request grows with the cluster size (issue #14 item 4). Run by hand:
+``python -m harness.bench.sim_scale_bench [--repeats 3] [--sizes 16 64 256 1024] [--requests N] [--skip-million]``.
+
+Every case runs in a fresh subprocess (so its peak RSS, ``ru_maxrss``, is its own), after an untimed warm-up
+run of the same design on 8 instances (one-off costs of first calls), on a synthetic workload
+generated in-process from a seed: Poisson arrivals at a fixed rate *per instance* (the load per instance is the
+same at every size), prompt lengths uniform in 256..3,071 tokens, output lengths geometric with mean 96 (at
+most 1,024), and prompts that start with one of ``8 x instances`` shared prefixes of two 256-token blocks
+(followed by blocks of their own), so cache-aware choices have something to find.
+
+Cases:
+  (1) scaling: seconds of wall time per 1,000 requests (building the cluster, simulating, and turning every
+      request into a ``RequestRecord``) at 16, 64, 256 and 1,024 instances, the same ``--requests`` at every size
+      (so only the cluster size changes: a smaller cluster serves them over a longer time at the same load per
+      instance; the footprint of a run grows with its requests, which alone costs up to ~20% per request on a
+      small-cache machine), for the designs whose choices look at instances: the vLLM baseline's router (least
+      outstanding), Mooncake's Conductor (prefill candidates over a DRAM pool, half prefill and half decode
+      instances), DistServe's decode choice (fastest estimated step with room, round-robin prefill) and
+      Splitwise's dynamic mixed pool (a quarter of the machines on prompts; token machines lent when a prompt
+      queue gets long). Prints the medians of ``--repeats`` runs, in wall seconds and in CPU seconds of the
+      process (steadier on a shared machine), and the ratio 1,024 vs 16 instances (target <= 1.3x);
+  (2) 1,000,000 requests through 1,024 instances of the vLLM baseline (least outstanding): target <= 60 s wall
+      and <= 4 GiB peak RSS. Its records are built one at a time and dropped (the cost of building them is
+      counted, their memory is not: a run that keeps them holds a ``RequestRecord`` and a tuple of token times
+      per request on top).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from harness.records import RequestSpec
+
+BLOCK = 256
+PREFIX_BLOCKS = 2
+MODEL = ["model=llama3_8b", "hardware=a100_80gb", "slo=none", "engine.progress=false"]
+# per-instance arrival rates (requests/s) giving moderate load: about half of what an instance sustains
+DESIGNS: dict[str, dict[str, Any]] = {
+    "baseline": {"overrides": ["system=vllm_baseline", "system.router=least_loaded", *MODEL],
+                 "rate": 1.5, "roles": {"colocated": 1.0}},
+    "mooncake": {"overrides": ["system=mooncake", "system.router=conductor", *MODEL,
+                               "engine.kv_pool.dram_tokens_per_node=200000", "engine.kv_pool.remote_link=rdma_200",
+                               "engine.kv_pool.replication_threshold=4", "engine.kv_link=rdma_200"],
+                 "rate": 1.5, "roles": {"prefill": 0.5, "decode": 0.5}},
+    "distserve": {"overrides": ["system=distserve", "system.router=round_robin", *MODEL, "engine.kv_link=rdma_200"],
+                  "rate": 1.5, "roles": {"prefill": 0.5, "decode": 0.5}},
+    # a quarter of the machines on prompts: their queues get long now and then, and token machines are lent
+    "splitwise": {"overrides": ["system=splitwise", "system.router=least_loaded", "system.mixed_instances=0",
+                                "engine.mixed_pool=dynamic", "engine.mixed_prompt_queue_tokens=1024",
+                                "engine.kv_link=rdma_200", *MODEL],
+                  "rate": 1.5, "roles": {"prefill": 0.25, "decode": 0.75}},
+}
+ROLE_KEYS = {"colocated": "system.colocated_instances", "prefill": "system.prefill_instances",
+             "decode": "system.decode_instances"}
+
+
+def synthetic_specs(n_requests: int, rate_rps: float, n_groups: int, seed: int = 0) -> tuple[RequestSpec, ...]:
+    """``n_requests`` requests, Poisson arrivals at ``rate_rps``, prompts opening with one of ``n_groups`` shared
+    prefixes (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate_rps, n_requests)).tolist()
+    inputs = rng.integers(BLOCK, 12 * BLOCK, n_requests).tolist()
+    outputs = np.minimum(rng.geometric(1.0 / 96, n_requests), 1024).tolist()
+    groups = rng.integers(0, n_groups, n_requests).tolist()
+    specs = []
+    next_block = n_groups * PREFIX_BLOCKS
+    for i in range(n_requests):
+        g = groups[i]
+        n_blocks = -(-inputs[i] // BLOCK)
+        own = n_blocks - PREFIX_BLOCKS
+        ids = (g * PREFIX_BLOCKS, g * PREFIX_BLOCKS + 1, *range(next_block, next_block + max(own, 0)))[:n_blocks]
+        next_block += max(own, 0)
+        specs.append(RequestSpec(request_id=i, arrival_s=arrivals[i], input_length=inputs[i],
+                                 output_length=outputs[i], hash_ids=ids, block_size=BLOCK, prefix_group=g))
+    return tuple(specs)
+
+
+def _counts(design: str, n_instances: int) -> list[str]:
+    roles = DESIGNS[design]["roles"]
+    return [f"{ROLE_KEYS[role]}={max(1, round(n_instances * share))}" for role, share in roles.items()]
+
+
+def run_case(design: str, n_instances: int, n_requests: int, keep_records: bool = True) -> dict[str, Any]:
+    """One case in this process: timings and peak RSS."""
+    from harness.studies.variants import compose_variant
+    from systems.sim.simulation import SimulatedCluster
+
+    spec = DESIGNS[design]
+    # warm-up, not timed: a small run of the same design takes the one-off costs (first calls, allocations)
+    small = compose_variant([*spec["overrides"], *_counts(design, 8)])
+    SimulatedCluster(small).run(synthetic_specs(400, spec["rate"] * 8, 64, seed=1))[1].records()
+    cfg = compose_variant([*spec["overrides"], *_counts(design, n_instances)])
+    t0 = time.perf_counter()
+    specs = synthetic_specs(n_requests, spec["rate"] * n_instances, 8 * n_instances)
+    t1, c1 = time.perf_counter(), time.process_time()
+    cluster = SimulatedCluster(cfg)
+    _, run = cluster.run(specs)
+    t2, c2 = time.perf_counter(), time.process_time()
+    del specs
+    if keep_records:
+        records = run.records()
+        ok = sum(r.status == "ok" for r in records)
+        tokens = sum(r.n_out for r in records)
+    else:  # one record at a time, dropped at once (the collector paused, as SimRun.records does)
+        ok = tokens = 0
+        gc.disable()
+        for req in run.requests:
+            r = req.to_record()
+            ok += r.status == "ok"
+            tokens += r.n_out
+        gc.enable()
+    t3, c3 = time.perf_counter(), time.process_time()
+    return {"design": design, "instances": int(run.info["n_instances"]), "requests": n_requests, "ok": ok,
+            "tokens": tokens, "generate_s": t1 - t0, "simulate_s": t2 - t1, "records_s": t3 - t2,
+            "total_s": t3 - t1, "total_cpu_s": c3 - c1, "simulate_cpu_s": c2 - c1, "records_cpu_s": c3 - c2,
+            "events": run.info["events"],
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _subprocess(design: str, n_instances: int, n_requests: int, keep_records: bool = True) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "harness.bench.sim_scale_bench", "--case", design, "--instances", str(n_instances),
+           "--case-requests", str(n_requests)]
+    if not keep_records:
+        cmd.append("--drop-records")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[16, 64, 256, 1024])
+    parser.add_argument("--designs", nargs="+", default=list(DESIGNS), choices=list(DESIGNS))
+    parser.add_argument("--requests", type=int, default=102_400, help="requests of each scaling case")
+    parser.add_argument("--million", type=int, default=1_000_000, help="requests of case (2)")
+    parser.add_argument("--skip-million", action="store_true")
+    parser.add_argument("--skip-scaling", action="store_true")
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    parser.add_argument("--instances", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--case-requests", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--drop-records", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.case:
+        print(json.dumps(run_case(args.case, args.instances, args.case_requests, not args.drop_records)))
+        return 0
+    if not args.skip_scaling:
+        print(f"(1) seconds per 1,000 requests, {args.requests:,} requests at every size, median of {args.repeats}")
+        for design in args.designs:
+            wall, cpu = {}, {}
+            for n in args.sizes:
+                runs = [_subprocess(design, n, args.requests) for _ in range(args.repeats)]
+                wall[n] = statistics.median(r["total_s"] / r["requests"] * 1000 for r in runs)
+                cpu[n] = statistics.median(r["total_cpu_s"] / r["requests"] * 1000 for r in runs)
+                r = runs[0]
+                print(f"    {design:<10} {n:>5} instances {r['requests']:>8} req  {wall[n]:7.3f} s/1k req wall  "
+                      f"{cpu[n]:7.3f} cpu  (sim {statistics.median(x['simulate_s'] for x in runs):7.2f} s, records "
+                      f"{statistics.median(x['records_s'] for x in runs):6.2f} s, peak RSS "
+                      f"{max(x['peak_rss_mib'] for x in runs):6.0f} MiB, {r['ok']}/{r['requests']} ok)", flush=True)
+            lo, hi = min(args.sizes), max(args.sizes)
+            print(f"    {design:<10} ratio {hi} vs {lo} instances: {wall[hi] / wall[lo]:.2f}x wall, "
+                  f"{cpu[hi] / cpu[lo]:.2f}x cpu (target <= 1.3x)", flush=True)
+    if not args.skip_million:
+        print(f"(2) {args.million:,} requests through 1,024 instances (vLLM baseline, least outstanding)")
+        r = _subprocess("baseline", 1024, args.million, keep_records=False)
+        print(f"    generate {r['generate_s']:.1f} s (not counted), simulate {r['simulate_s']:.1f} s, records "
+              f"{r['records_s']:.1f} s, total {r['total_s']:.1f} s wall, {r['total_cpu_s']:.1f} s cpu "
+              f"(target <= 60 s), peak RSS "
+              f"{r['peak_rss_mib']:.0f} MiB (target <= 4096 MiB), {r['ok']}/{r['requests']} ok, "
+              f"{r['tokens'] / 1e6:.1f} M tokens, {r['events']:,} events")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
