@@ -1,6 +1,13 @@
 """Routing policies: plain, synchronous objects over a cluster-state view, driven by the simulator and the router."""
 
-from systems.policies.base import InstanceLoad, RouteRequest, RoutingPolicy, TieBreaker
+from systems.policies.base import (
+    IndexedLoads,
+    InstanceLoad,
+    OutstandingIndex,
+    RouteRequest,
+    RoutingPolicy,
+    TieBreaker,
+)
 from systems.policies.cache_aware import BlockLRU, CacheAwarePolicy
 from systems.policies.hashing import block_hashes, byte_block_hashes, chain_block_ids, spec_block_hashes
 from systems.policies.registry import POLICY_NAMES, build_policy, policy_class, policy_parameters
@@ -10,8 +17,10 @@ __all__ = [
     "POLICY_NAMES",
     "BlockLRU",
     "CacheAwarePolicy",
+    "IndexedLoads",
     "InstanceLoad",
     "LeastOutstandingPolicy",
+    "OutstandingIndex",
     "RandomPolicy",
     "RoundRobinPolicy",
     "RouteRequest",
