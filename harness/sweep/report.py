@@ -23,7 +23,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from harness.redaction import redact_text
-from harness.sweep.plan import dry_run, expand, format_dry_run, plan_jobs, sweep_arguments
+from harness.sweep.plan import dry_run, format_dry_run, plan_jobs, sweep_arguments
 from harness.sweep.table import SWEEP_TABLE, count_failures, sweep_table
 
 log = logging.getLogger(__name__)
@@ -32,13 +32,16 @@ MAX_EXIT_STATUS = 100  # above this a sweep's exit status would read as a signal
 EXCLUDE_KEY = "hydra.job.config.override_dirname.exclude_keys"
 
 
-def constant_keys(master: DictConfig) -> list[str]:
-    """Keys the sweep's overrides give a single value (the same in every job)."""
+def _parsed_overrides(master: DictConfig) -> list[Any]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parsed = OverridesParser.create().parse_overrides(sweep_arguments(master))
-    swept = {o.key_or_group for o in parsed if o.is_sweep_override()}
-    return sorted({o.key_or_group for o in parsed} - swept)
+    return OverridesParser.create().parse_overrides(sweep_arguments(master))
+
+
+def constant_keys(master: DictConfig) -> list[str]:
+    """Keys the sweep's overrides give a single value (the same in every job)."""
+    parsed = _parsed_overrides(master)
+    return sorted({o.key_or_group for o in parsed} - set(swept_keys(master)))
 
 
 def name_folders_by_swept_keys(master: DictConfig) -> None:
@@ -130,10 +133,7 @@ def publish_sweep(config: DictConfig, sweep_dir: Path, table: Any, figures: list
 
 def swept_keys(master: DictConfig) -> list[str]:
     """The keys the sweep varies, in command-line order."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = OverridesParser.create().parse_overrides(sweep_arguments(master))
-    return [o.key_or_group for o in parsed if o.is_sweep_override()]
+    return [o.key_or_group for o in _parsed_overrides(master) if o.is_sweep_override()]
 
 
 def draw_figures(table: Any, sweep_dir: Path, keys: list[str]) -> list[Path]:
@@ -147,5 +147,3 @@ def draw_figures(table: Any, sweep_dir: Path, keys: list[str]) -> list[Path]:
         log.warning("sweep figures not drawn: %s: %s", type(exc).__name__, exc)
         return []
 
-
-__all__ = ["SweepReport", "expand"]
