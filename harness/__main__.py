@@ -9,7 +9,8 @@ signal number (143 for SIGTERM), as a shell reports a process the signal ended. 
 and keeps its traceback. Hydra's own errors about the command line or the config tree (an unknown key, a
 value of the wrong type, a missing group option) get the same one line and exit status 2: Hydra is told to
 raise them (``HYDRA_FULL_ERROR``) instead of printing several lines and exiting 1. Messages and every log record (console, ``harness.log``, Hydra's own) are
-redacted of secrets (:mod:`harness.redaction`), installed here before Hydra sets up logging.
+redacted of secrets (:mod:`harness.redaction`), installed here before Hydra sets up logging. A single run's
+config is composed once (:mod:`harness.one_composition`; Hydra alone composes it twice).
 
 In a ``--multirun`` sweep a failed job does not stop the sweep: its error line names the job, its
 ``summary.json`` says why, and the sweep goes on; at the end :class:`harness.sweep.report.SweepReport`
@@ -35,6 +36,7 @@ from omegaconf.errors import OmegaConfBaseException
 from harness.app import JobContext, context_from_hydra, run_job, signal_name
 from harness.config import register_configs
 from harness.errors import UserError
+from harness.one_composition import install as compose_once
 from harness.redaction import install_log_redaction, redact_text
 from systems.launch.processes import Terminated
 
@@ -115,6 +117,7 @@ if __name__ == "__main__":
     gc.freeze()  # the imported modules' objects are never garbage: keep the collector from walking them
     install_log_redaction()
     register_configs()
+    compose_once()  # a single run's config is composed once, not once for its mode and once for the run
     os.environ["HYDRA_FULL_ERROR"] = "1"  # composition errors reach us; composition_error makes them one line
     try:
         main()

@@ -7,7 +7,8 @@ The folder gets a ``summary.json`` with ``status: running`` before any work and 
 every table and figure it names is written; any exception, Ctrl-C or SIGTERM/SIGHUP (turned into
 ``Terminated`` for the job's duration) rewrites it as ``failed`` with the reason (``terminated by
 SIGTERM``), so a crashed or killed run never looks successful. A figure that cannot be drawn fails the
-job the same way (``figures.render.FigureError``), after its tables are written. A tracker that cannot
+job the same way (``figures.render.FigureError``), after its tables are written; ``figures=false`` draws
+none (``python -m figures`` draws them later from the tables). A tracker that cannot
 publish the finished job (``logger=wandb``) fails it too: the summary keeps its metrics and files but
 says ``failed`` with ``publish to wandb failed: ...`` as the reason, and the exit status is non-zero.
 ``config.yaml`` and ``summary.json`` are written, and the tracker is given the config and summary, with
@@ -175,6 +176,17 @@ def _fail(summary: RunSummary, ctx: JobContext, reason: str) -> RunSummary:
     return summary
 
 
+def _render_figures(ctx: JobContext, typed: Config) -> list[Path]:
+    """The job's figures, drawn from its tables; none with ``figures=false`` (matplotlib is then not imported)."""
+    if not typed.figures:
+        log.info("figures=false: no figures drawn (python -m figures --results-dir %s draws them)",
+                 ctx.folder.path.parent)
+        return []
+    from figures.render import render_job
+
+    return render_job(ctx.folder.path, typed.job)
+
+
 def _run_job(cfg: DictConfig, ctx: JobContext, digest: str) -> RunSummary:
     sha, dirty = provenance.git_state()
     resolved = write_config(cfg, ctx)
@@ -188,9 +200,7 @@ def _run_job(cfg: DictConfig, ctx: JobContext, digest: str) -> RunSummary:
     try:
         typed = validate(cfg)
         result = JOB_RUNNERS[typed.job](typed, ctx.folder)
-        from figures.render import render_job
-
-        figure_paths = render_job(ctx.folder.path, typed.job)
+        figure_paths = _render_figures(ctx, typed)
         files = {**summary.files, **result.files,
                  **{figure_key(p): str(p.relative_to(ctx.folder.path)) for p in figure_paths}}
         summary = dataclasses.replace(summary, status="ok", finished_at=_now(), metrics=result.metrics,

@@ -234,6 +234,7 @@ class Config:
     data_dir: Optional[str] = None
     overwrite: bool = False  # true: replace the results already in the job folder (else the job refuses it)
     dry_run: bool = False  # true: list the jobs (a sweep: which would run, be skipped or refused) and run nothing
+    figures: bool = True  # false: the job draws no figures (its tables are written; python -m figures draws them later)
     seed: int = 0
     system: SystemConfig = MISSING
     engine: Any = MISSING  # one of the engine schemas, chosen by the engine group

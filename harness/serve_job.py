@@ -164,10 +164,11 @@ def run_serve(cfg: Config, folder: RunFolder,
                 folder.write_table(REQUESTS_FILE, pd.concat(frames, ignore_index=True))
                 folder.write_table(POINTS_FILE, pd.DataFrame(rows))
     points_frame = pd.DataFrame(rows)
+    published = cfg.logger.name != "none"  # the per-request table is built only for a tracker to publish
     if len(rows) == 1:
         metrics_out: dict[str, Any] = dict(rows[0])
         validity_out = validities[0]
-        tables = {"requests": request_frame(last_columns if last_columns is not None else ())}
+        tables = {"requests": request_frame(last_columns if last_columns is not None else ())} if published else {}
     else:
         metrics_out = {"points": rows}
         validity_out = {"valid": all(v["valid"] for v in validities),

@@ -17,12 +17,15 @@ from omegaconf import MISSING
 
 from harness.errors import ConfigError
 from systems.launch.mooncake_store import MIN_SEGMENT_BYTES, parse_size
+from systems.launch.placement.rules import PlacementRules, check_rules
 from systems.policies.pd import REJECTION_MODES
 from systems.router.conductor_view import EstimateStart
 from systems.sim.perf.peer_timing import ITERATION_OVERHEADS, TOKEN_PHASE_TIMINGS
 from systems.topology import ENGINES
 
 DEVICES = ("auto", "cpu", "gpu")
+PLACEMENTS = ("local", "ray")  # engine.placement of engine=vllm
+RAY_BINDS = ("node_ip", "loopback")
 MIXED_POOLS = ("dedicated", "dynamic")  # engine.mixed_pool of engine=sim
 MIN_SAMPLE_INTERVAL_S = 1e-3  # engine.sample_interval_s: load samples at most every millisecond of simulated time
 
@@ -314,9 +317,26 @@ class VllmEngineConfig(RealEngineConfig):
     kvcache_balancing_threshold: float = 2.0  # Conductor: fetch from the pool when it holds this many times the local match
     mixed_overflow_outstanding: int = 2  # Splitwise: prompts go to the mixed pool when every prompt instance has this many in flight
     router_estimates: EstimateStart = field(default_factory=EstimateStart)  # the router's cost model, refined online
+    # -- where the servers run (systems/launch/placement/, docs/cluster.md) ----------------------------------
+    placement: str = "local"  # local: this host | ray: the nodes of the Ray cluster at ray_address
+    ray_address: Optional[str] = None  # host:port of the Ray head; None: $RAY_ADDRESS
+    ray_bind: str = "node_ip"  # node_ip: servers bind their node's Ray address | loopback: 127.0.0.1
+    ray_connect_timeout_s: float = 120.0  # joining the cluster, and each server's actor starting on its node
+    placement_rules: PlacementRules = field(default_factory=PlacementRules)  # per role: resources, labels, spread
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"engine.placement: expected one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
+        if self.ray_bind not in RAY_BINDS:
+            raise ConfigError(f"engine.ray_bind: expected one of {', '.join(RAY_BINDS)}, got {self.ray_bind!r}")
+        check_rules(self.placement_rules)
+        if self.placement == "ray":
+            for role in ("prefill", "decode", "mixed"):
+                if self.role(role).devices:
+                    raise ConfigError(f"engine.{role}.devices: GPU ids are chosen by Ray with engine.placement=ray "
+                                      f"(each instance gets its TP degree in GPUs on its node); remove "
+                                      f"engine.{role}.devices or use engine.placement=local")
         if self.device not in DEVICES:
             raise ConfigError(f"engine.device: expected one of {', '.join(DEVICES)}, got {self.device!r}")
         self._check_positive("startup_timeout_s", "max_num_seqs", "cpu_kvcache_space_gib", "tensor_parallel_size",

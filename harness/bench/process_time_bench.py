@@ -2,12 +2,14 @@
 
 ``python -m harness.bench.process_time_bench [--repeats 5] [--peer-python PY] [--splitwise-sim DIR] [--skip-peer]``
 
-In one run, alternating the two sides ``--repeats`` times, it times from exec to exit:
+In one run, taking turns ``--repeats`` times, it times three processes from exec to exit:
 
-(a) ours: ``python -m harness <case (c) of harness.bench.sim_bench>``, the Azure conversation hour (19,366
-    requests) on a vLLM-style baseline of 4 DGX-H100 (Llama-2-70B, TP 8, splitwise-sim's profile): Hydra
-    composition, trace loading, simulation, ``requests.parquet``, ``points.csv``, ``load.csv``, the summary
-    and the figure, into a temporary results folder;
+(a) ours, as shipped: ``python -m harness <case (c) of harness.bench.sim_bench>``, the Azure conversation hour
+    (19,366 requests) on a vLLM-style baseline of 4 DGX-H100 (Llama-2-70B, TP 8, splitwise-sim's profile):
+    Hydra composition, trace loading, simulation, ``requests.parquet``, ``points.csv``, ``load.csv``, the
+    summary and the figure (``figures/latency_vs_rate.png`` and its CSV), into a temporary results folder;
+(a') ours, the same work as the peer: the same command with ``figures=false``, everything of (a) but the
+    figure (the peer draws none; ``python -m figures`` can draw it later from the tables);
 (b) splitwise-sim's whole process on the same requests (the ones our run simulates, capped to the model's
     context, written to its trace format) on 4 DGX-H100 with its own Llama-2-70B profile, through
     :mod:`harness.bench.peers.splitwise_sim_driver` (its ``run.run_simulation`` on the config its ``run.py``
@@ -16,10 +18,12 @@ In one run, alternating the two sides ``--repeats`` times, it times from exec to
     The peer inherits this process's environment, with the two allocation defaults that importing
     :mod:`harness` sets (they leave its time unchanged: 11.5 s either way when measured).
 
-It prints each run, the medians (wall and CPU), the ratio peer / ours (target >= 8) and ours against the 3 s
-target, then where our process spends its time: one more run of ours with timers around its stages
-(``--breakdown-child``: the same ``python -m harness`` in a fresh interpreter, its functions wrapped), so
-the breakdown's total is a little above a plain run's. A peer that is not installed is reported with how to
+It prints each run, the medians (wall and CPU) of each side, ours against the 3 s target and the ratio
+peer / ours (target >= 8) for both of ours, each labelled, then where our process spends its time: one more
+run of (a) with timers around its stages (``--breakdown-child``: the same ``python -m harness`` in a fresh
+interpreter, its functions wrapped), so the breakdown's total is a little above a plain run's. (A single
+run composes its config once: :mod:`harness.one_composition`.) ``--no-figures-only`` times (a') alone of
+ours. A peer that is not installed is reported with how to
 install it (``docs/peers.md``) and skipped. The machine should be otherwise idle: both sides are timed in
 the same run, but a busy machine slows them unequally.
 """
@@ -52,6 +56,9 @@ DEFAULT_PEER_PYTHON = "/tmp/peers-venv/bin/python"  # docs/peers.md's install lo
 DEFAULT_SPLITWISE_SIM = "/tmp/peers/splitwise-sim"
 EXEC_TIME_ENV = "PROCESS_TIME_BENCH_EXEC"  # wall clock (time.time) just before the child was started
 OUT_ENV = "PROCESS_TIME_BENCH_OUT"  # where the breakdown child writes its stage times (JSON)
+OURS_SHIPPED = "ours, as shipped (with figures)"
+OURS_SAME_WORK = "ours, same work as the peer (figures off; the peer draws none)"
+SHORT = {OURS_SHIPPED: "ours (figures)", OURS_SAME_WORK: "ours (figures=false)"}
 
 # the stages of the breakdown: (label, module, attribute). Each stage counts its own time: a wrapped call
 # made inside another one is taken out of the outer one (so "job" is what the job does outside the others).
@@ -158,9 +165,10 @@ def ours_command(results_dir: Path, overrides: list[str]) -> list[str]:
     return [sys.executable, "-m", "harness", *overrides, f"results_dir={results_dir}"]
 
 
-def run_ours(tmp: Path, index: int, overrides: list[str]) -> dict[str, float]:
-    """Our whole process once, into its own results folder."""
-    return _timed_process(ours_command(tmp / f"ours{index}", overrides))
+def run_ours(tmp: Path, index: int, overrides: list[str], figures: bool = True) -> dict[str, float]:
+    """Our whole process once, into its own results folder (``figures=false`` unless ``figures``)."""
+    tag = "" if figures else "_nofig"
+    return _timed_process(ours_command(tmp / f"ours{index}{tag}", [*overrides, *([] if figures else ["figures=false"])]))
 
 
 def run_peer_once(peer: Any, specs: Any) -> dict[str, float]:
@@ -205,7 +213,7 @@ def print_breakdown(b: dict[str, Any]) -> None:
     process = b["process"]
     nan = float("nan")
     rows: list[tuple[str, float, float]] = [("interpreter start", b["start_s"], nan)]
-    labels = {"imports": "imports (python -m harness)", "hydra": "Hydra: compose (twice), job folder, logging",
+    labels = {"imports": "imports (python -m harness)", "hydra": "Hydra: compose (once), job folder, logging",
               "job": "rest of the job (config.yaml, summary.json, job modules' imports ...)"}
     for label in ("imports", "hydra", *dict.fromkeys(s[0] for s in STAGES if s[0] not in ("hydra", "job")), "job"):
         if label in stages:
@@ -217,6 +225,17 @@ def print_breakdown(b: dict[str, Any]) -> None:
     for label, wall, cpu in rows:
         cpu_text = "" if cpu != cpu else f"  {cpu:6.2f} s CPU"
         print(f"    {label:<70} {wall:6.2f} s wall{cpu_text}")
+
+
+def print_ours(label: str, ours: list[dict[str, float]], theirs: list[dict[str, float]]) -> None:
+    """Medians of one of our sides, against the 3 s target and, when timed, against the peer."""
+    ours_wall, ours_cpu = _median(ours, "wall_s"), _median(ours, "cpu_s")
+    print(f"  {label}: median {ours_wall:.2f} s wall, {ours_cpu:.2f} s CPU (fastest {_fastest(ours)}); target <= "
+          f"{TARGET_S:g} s: {'met' if ours_wall <= TARGET_S else 'NOT met'} ({ours_wall / TARGET_S:.2f} x the target)")
+    if theirs:
+        ratio = _median(theirs, "wall_s") / ours_wall
+        print(f"    peer / {SHORT[label]}: {ratio:.1f} x wall, {_median(theirs, 'cpu_s') / ours_cpu:.1f} x CPU (target "
+              f">= {TARGET_RATIO:g} x): {'met' if ratio >= TARGET_RATIO else 'NOT met'}")
 
 
 def find_splitwise(args: argparse.Namespace) -> Any:
@@ -242,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                                                 f"{DEFAULT_SPLITWISE_SIM} when present)")
     parser.add_argument("--skip-peer", action="store_true", help="time ours only")
     parser.add_argument("--skip-breakdown", action="store_true", help="no instrumented run of ours")
+    parser.add_argument("--no-figures-only", action="store_true",
+                        help="time ours with figures=false only (not also as shipped, with figures)")
     args = parser.parse_args(argv)
     overrides = list(AZURE_H100)
     print(f"Azure conversation hour, 4 x DGX-H100 vLLM-style baseline: python -m harness {' '.join(overrides)}")
@@ -255,33 +276,29 @@ def main(argv: list[str] | None = None) -> int:
                   f"its environment): {INSTALL['splitwise-sim']}. See docs/peers.md.")
             peer = None
     specs = our_requests(overrides) if peer is not None else None
-    ours: list[dict[str, float]] = []
+    ours_sides = ([] if args.no_figures_only else [(OURS_SHIPPED, True)]) + [(OURS_SAME_WORK, False)]
+    runs: dict[str, list[dict[str, float]]] = {label: [] for label, _ in ours_sides}
     theirs: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="process_time_bench_") as tmp_name:
         tmp = Path(tmp_name)
         for i in range(args.repeats):
             sides: list[tuple[str, Callable[[], dict[str, float]], list[dict[str, float]]]] = [
-                ("ours", functools.partial(run_ours, tmp, i, overrides), ours)]
+                (label, functools.partial(run_ours, tmp, i, overrides, figures), runs[label])
+                for label, figures in ours_sides]
             if peer is not None:
                 sides.append(("splitwise-sim", functools.partial(run_peer_once, peer, specs), theirs))
-            if i % 2:
-                sides.reverse()  # alternate which side goes first
-            for name, run, runs in sides:
+            sides = sides[i % len(sides):] + sides[:i % len(sides)]  # take turns at going first
+            for name, run, side_runs in sides:
                 r = run()
-                runs.append(r)
+                side_runs.append(r)
                 extra = f" (its run_simulation {r['simulate_s']:.2f} s)" if "simulate_s" in r else ""
-                print(f"  run {i + 1}/{args.repeats} {name:<14} {r['wall_s']:6.2f} s wall {r['cpu_s']:6.2f} s CPU{extra}",
-                      flush=True)
-        ours_wall, ours_cpu = _median(ours, "wall_s"), _median(ours, "cpu_s")
-        print(f"  ours: median {ours_wall:.2f} s wall, {ours_cpu:.2f} s CPU (fastest {_fastest(ours)}); target <= "
-              f"{TARGET_S:g} s: {'met' if ours_wall <= TARGET_S else 'NOT met'} ({ours_wall / TARGET_S:.2f} x the target)")
+                print(f"  run {i + 1}/{args.repeats} {SHORT.get(name, name):<24} {r['wall_s']:6.2f} s wall "
+                      f"{r['cpu_s']:6.2f} s CPU{extra}", flush=True)
         if theirs:
-            peer_wall, peer_cpu = _median(theirs, "wall_s"), _median(theirs, "cpu_s")
-            ratio = peer_wall / ours_wall
-            print(f"  splitwise-sim ({len(specs)} requests): median {peer_wall:.2f} s wall, {peer_cpu:.2f} s CPU "
-                  f"(fastest {_fastest(theirs)})")
-            print(f"  peer / ours: {ratio:.1f} x wall, {peer_cpu / ours_cpu:.1f} x CPU (target >= {TARGET_RATIO:g} x): "
-                  f"{'met' if ratio >= TARGET_RATIO else 'NOT met'}")
+            print(f"  splitwise-sim ({len(specs)} requests, draws no figures): median {_median(theirs, 'wall_s'):.2f} s "
+                  f"wall, {_median(theirs, 'cpu_s'):.2f} s CPU (fastest {_fastest(theirs)})")
+        for label, _ in ours_sides:
+            print_ours(label, runs[label], theirs)
         if not args.skip_breakdown:
             print_breakdown(breakdown(tmp, overrides))
     return 0

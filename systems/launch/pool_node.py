@@ -2,11 +2,12 @@
 
 It joins ``mooncake_master`` as a store client and mounts a segment of ``--segment-size`` bytes, which
 the master then hands out for the KV blocks prefill instances put. It holds no KV cache of its own and
-serves reads from its segment through the Mooncake transfer engine (TCP on CPU hosts). A tiny HTTP
-endpoint on 127.0.0.1 answers ``GET /health`` while the segment is mounted, so the harness knows when
-the node is ready; SIGTERM/SIGINT unmount it and exit 0.
+serves reads from its segment through the Mooncake transfer engine (TCP on CPU hosts), which names
+itself by the ``--host`` address (127.0.0.1 by default; a real deployment gives the address of the node
+it runs on). A tiny HTTP endpoint on the same address answers ``GET /health`` while the segment is
+mounted, so the harness knows when the node is ready; SIGTERM/SIGINT unmount it and exit 0.
 
-CLI: ``python -m systems.launch.pool_node --master 127.0.0.1:50051 --segment-size 256MB --port P``.
+CLI: ``python -m systems.launch.pool_node --master 127.0.0.1:50051 --segment-size 256MB [--host H] --port P``.
 """
 
 from __future__ import annotations
@@ -22,26 +23,30 @@ from typing import Any, Optional
 from aiohttp import web
 
 from systems.launch.mooncake_store import MIN_SEGMENT_BYTES, P2P_HANDSHAKE, parse_size
+from systems.launch.ports import LOOPBACK, check_host
 from systems.launch.processes import stop_event_on_signals
 
 logger = logging.getLogger("systems.launch.pool_node")
 
-HOST = "127.0.0.1"
+HOST = LOOPBACK  # the default --host
 
 
-def mount_segment(master: str, segment_bytes: int, protocol: str = "tcp", local_buffer_bytes: int = 16 << 20) -> Any:
-    """A ``MooncakeDistributedStore`` client that contributes ``segment_bytes`` to the pool at ``master``."""
+def mount_segment(master: str, segment_bytes: int, protocol: str = "tcp", local_buffer_bytes: int = 16 << 20,
+                  local_hostname: str = HOST) -> Any:
+    """A ``MooncakeDistributedStore`` client that contributes ``segment_bytes`` to the pool at ``master``; its
+    transfer engine names itself ``local_hostname`` (this node's address)."""
     from mooncake.store import MooncakeDistributedStore
 
+    check_host(local_hostname, "pool node local_hostname")
     store = MooncakeDistributedStore()
-    rc = store.setup(HOST, P2P_HANDSHAKE, segment_bytes, local_buffer_bytes, protocol, "", master)
+    rc = store.setup(local_hostname, P2P_HANDSHAKE, segment_bytes, local_buffer_bytes, protocol, "", master)
     if rc != 0:
         raise RuntimeError(f"could not join mooncake_master at {master} (setup returned {rc})")
     return store
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    store = mount_segment(args.master, parse_size(args.segment_size), args.protocol)
+    store = mount_segment(args.master, parse_size(args.segment_size), args.protocol, local_hostname=args.host)
     app = web.Application()
 
     async def health(_: web.Request) -> web.Response:
@@ -52,9 +57,9 @@ async def _serve(args: argparse.Namespace) -> None:
     await runner.setup()
     stop = stop_event_on_signals()
     try:
-        await web.TCPSite(runner, HOST, args.port).start()
+        await web.TCPSite(runner, args.host, args.port).start()
         logger.info("pool node: %s segment mounted at master %s; health on http://%s:%d/health",
-                    args.segment_size, args.master, HOST, args.port)
+                    args.segment_size, args.master, args.host, args.port)
         await stop.wait()
     finally:
         await runner.cleanup()
@@ -68,8 +73,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--master", required=True, help="mooncake_master RPC address, e.g. 127.0.0.1:50051")
     parser.add_argument("--segment-size", default="256MB", help="DRAM contributed to the pool")
     parser.add_argument("--protocol", default="tcp", help="transfer-engine protocol (tcp on CPU hosts, rdma on GPU hosts)")
-    parser.add_argument("--port", type=int, required=True, help="health endpoint port on 127.0.0.1")
+    parser.add_argument("--host", default=HOST,
+                        help=f"this node's address: the health endpoint and the transfer engine (default {HOST})")
+    parser.add_argument("--port", type=int, required=True, help="health endpoint port on the --host address")
     args = parser.parse_args(argv)
+    try:
+        check_host(args.host, "--host")
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         size = parse_size(args.segment_size)
     except ValueError as exc:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import errno
+import ipaddress
 import logging
 import os
 import random
+import re
 import socket
 from pathlib import Path
 
@@ -25,6 +27,24 @@ class PortInUseError(UserError, RuntimeError):
         who = f" (held by {holder})" if holder else ""
         super().__init__(f"port {port} on {LOOPBACK} is already in use{who}; "
                          f"stop that process or choose another port")
+
+
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def check_host(host: str, what: str) -> str:
+    """``host`` when it is a literal IPv4/IPv6 address or a plausible host name (RFC 1123 labels, the last
+    not all digits); else ``ValueError`` naming ``what`` (the option or field) and the value."""
+    if isinstance(host, str) and host:
+        try:
+            ipaddress.ip_address(host)
+            return host
+        except ValueError:
+            labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+            if (len(host) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels)
+                    and not labels[-1].isdigit()):
+                return host
+    raise ValueError(f"{what}: expected an IPv4/IPv6 address or a host name, got {host!r}")
 
 
 LISTEN_PORTS_FROM = 20000  # servers get ports from here up to the kernel's ephemeral range

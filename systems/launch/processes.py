@@ -29,7 +29,7 @@ from types import FrameType
 from typing import Optional
 
 from harness.errors import UserError
-from systems.launch import groups, leftovers, pidfile, procfs, shm
+from systems.launch import affinity, autogroup, groups, leftovers, pidfile, ports, procfs, shm
 from systems.launch.child_env import child_environment, split_inherited
 from systems.launch.supervisor import supervisor_command
 
@@ -189,27 +189,49 @@ class ManagedProcess:
             pidfile.remove_record(self.pid_file)
         return code
 
+    def make_dirs(self, paths: Sequence[Path]) -> None:
+        """Create the folders the command will use (the server's caches, temporary files, sockets)."""
+        for path in paths:
+            Path(path).mkdir(parents=True, exist_ok=True)
+
+    def ensure_port_free(self, port: int) -> None:
+        """``PortInUseError`` when ``port`` is taken on this host (checked before a server is started)."""
+        ports.ensure_port_free(port)
+
+    def pin_threads(self, cores: str) -> int:
+        """Bind every thread of the group to ``cores`` (e.g. "0" or "0-1"); returns the threads bound."""
+        return affinity.pin_threads(self.group_pids(), affinity.parse_cpu_list(cores))
+
+    def set_nice(self, nice: int) -> bool:
+        """Make ``nice`` count against other sessions (the group runs in a session of its own)."""
+        return autogroup.set_autogroup_nice(self.pid, nice)
+
     def tail_log(self, n: int = LOG_TAIL_LINES) -> str:
         """The last ``n`` lines of the log ('' when there is none)."""
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        with open(self.log_path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            chunk = 64 * 1024
-            while True:
-                start = max(0, size - chunk)
-                f.seek(start)
-                lines = f.read().decode(errors="replace").splitlines()
-                if start == 0 or len(lines) > n:
-                    return "\n".join(lines[-n:])
-                chunk *= 4
+        return tail_lines(self.log_path, n)
 
     def __enter__(self) -> ManagedProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def tail_lines(path: Optional[Path], n: int = LOG_TAIL_LINES) -> str:
+    """The last ``n`` lines of the file at ``path`` ('' when there is none)."""
+    if path is None or not Path(path).exists():
+        return ""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        chunk = 64 * 1024
+        while True:
+            start = max(0, size - chunk)
+            f.seek(start)
+            lines = f.read().decode(errors="replace").splitlines()
+            if start == 0 or len(lines) > n:
+                return "\n".join(lines[-n:])
+            chunk *= 4
 
 
 def _describe_failure(proc: ManagedProcess, what: str) -> str:

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from systems.launch.affinity import parse_cpu_list, pin_threads
-from systems.launch.autogroup import set_autogroup_nice
+from systems.launch.affinity import parse_cpu_list
+from systems.launch.placement.base import Placement, ServerProcess
 from systems.launch.ports import LOOPBACK, ensure_port_free
 from systems.launch.processes import (
     ManagedProcess,
@@ -73,6 +73,7 @@ class VllmServerSpec:
     nice: int = 0  # > 0 lowers the server's CPU priority so a client on the same cores is not starved
     seed: int = 0
     python: str = sys.executable
+    host: str = LOOPBACK  # the address the server binds and clients dial (its node's, with engine.placement=ray)
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "gpu"):
@@ -88,7 +89,8 @@ class VllmServerSpec:
 
     @property
     def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
 
 def server_command(spec: VllmServerSpec) -> list[str]:
@@ -97,7 +99,7 @@ def server_command(spec: VllmServerSpec) -> list[str]:
         spec.python, "-m", API_SERVER_MODULE,
         "--model", str(spec.model_path),
         "--served-model-name", spec.served_model_name,
-        "--host", LOOPBACK,
+        "--host", spec.host,
         "--port", str(spec.port),
         "--seed", str(spec.seed),
         "--tensor-parallel-size", str(spec.tensor_parallel_size),
@@ -154,7 +156,7 @@ def server_env(spec: VllmServerSpec, run_dir: Path, base_env: Optional[Mapping[s
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_RPC_BASE_PATH": str(rpc_base_path(spec, run_dir)),
-        "VLLM_HOST_IP": LOOPBACK,
+        "VLLM_HOST_IP": spec.host,
         "VLLM_NO_USAGE_STATS": "1",
         "VLLM_DO_NOT_TRACK": "1",
         "DO_NOT_TRACK": "1",
@@ -186,9 +188,9 @@ def _post_json(url: str, body: Optional[dict[str, Any]] = None, timeout_s: float
 class VllmServer:
     """One vLLM server process (its whole process group), started from a ``VllmServerSpec``."""
 
-    def __init__(self, spec: VllmServerSpec) -> None:
+    def __init__(self, spec: VllmServerSpec, process: Optional[ServerProcess] = None) -> None:
         self.spec = spec
-        self.process = ManagedProcess(spec.name)
+        self.process: ServerProcess = process if process is not None else ManagedProcess(spec.name)
         self.run_dir: Optional[Path] = None
 
     @property
@@ -198,21 +200,27 @@ class VllmServer:
 
     @property
     def log_path(self) -> Path:
+        """The server's log in the job folder (on another node: the copy kept up to date there)."""
         if self.run_dir is None:
             raise RuntimeError(f"{self.spec.name}: not started")
+        return Path(self.process.log_path or self._node_log_path())
+
+    def _node_log_path(self) -> Path:
+        assert self.run_dir is not None
         return server_dir(self.spec, self.run_dir) / "server.log"
 
     def start(self, run_dir: Path) -> VllmServer:
-        """Check the port is free, create the server's folders and start it (does not wait)."""
-        ensure_port_free(self.spec.port)
+        """Check the port is free, create the server's folders and start it (does not wait). ``run_dir`` is
+        the servers' folder on the node the server runs on."""
+        self.process.ensure_port_free(self.spec.port)
         self.run_dir = Path(run_dir)
         env = server_env(self.spec, self.run_dir)
-        for key in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TMPDIR", "HF_HOME", "VLLM_RPC_BASE_PATH"):
-            Path(env[key]).mkdir(parents=True, exist_ok=True)
-        self.process.start(server_command(self.spec), env=env, log_path=self.log_path,
+        self.process.make_dirs([Path(env[key]) for key in
+                                ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TMPDIR", "HF_HOME", "VLLM_RPC_BASE_PATH")])
+        self.process.start(server_command(self.spec), env=env, log_path=self._node_log_path(),
                            cwd=server_dir(self.spec, self.run_dir), extra_env=self.spec.extra_env)
         if self.spec.nice > 0:  # the server runs in a session of its own: make its nice count across sessions
-            set_autogroup_nice(self.process.pid, self.spec.nice)
+            self.process.set_nice(self.spec.nice)
         return self
 
     def wait_ready(self, timeout_s: float = 600.0) -> float:
@@ -225,8 +233,8 @@ class VllmServer:
         cores (``systems/launch/affinity.py``). Returns the threads bound (0 when nothing is to be done)."""
         if self.spec.device != "cpu" or not self.spec.cpu_omp_threads_bind:
             return 0
-        cores = parse_cpu_list(self.spec.cpu_omp_threads_bind)
-        pinned = pin_threads(self.process.group_pids(), cores)
+        parse_cpu_list(self.spec.cpu_omp_threads_bind)  # a bad list fails here, not on the node
+        pinned = self.process.pin_threads(self.spec.cpu_omp_threads_bind)
         logger.info("%s: %d threads bound to core(s) %s", self.spec.name, pinned, self.spec.cpu_omp_threads_bind)
         return pinned
 
@@ -257,20 +265,22 @@ class VllmServer:
     def stop(self, grace_s: float = 10.0) -> Optional[int]:
         """Stop the whole process group; removes an RPC folder kept outside the run folder."""
         code = self.process.stop(grace_s)
-        if self.run_dir is not None:
-            rpc = rpc_base_path(self.spec, self.run_dir)
+        if self.run_dir is not None and isinstance(self.process, ManagedProcess):
+            rpc = rpc_base_path(self.spec, self.run_dir)  # on another node it is the node's folder, removed there
             if not rpc.is_relative_to(self.run_dir.resolve()):
                 shutil.rmtree(rpc, ignore_errors=True)
         return code
 
 
 @contextlib.contextmanager
-def launch_vllm_servers(specs: Sequence[VllmServerSpec], run_dir: Path,
-                        timeout_s: float = 600.0, grace_s: float = 10.0) -> Iterator[list[VllmServer]]:
+def launch_vllm_servers(specs: Sequence[VllmServerSpec], run_dir: Path, timeout_s: float = 600.0,
+                        grace_s: float = 10.0, placement: Optional[Placement] = None) -> Iterator[list[VllmServer]]:
     """Start every server, wait until all are ready, yield them; always stop all of them.
 
     Ports are checked before anything starts, so a taken port fails without starting a server.
     ``timeout_s`` bounds the whole start-up; the first server to fail raises ``ServerStartError``.
+    With a ``placement`` whose servers were placed, each server runs where it says (its files in the
+    node's folder, its log copied into ``run_dir/<name>/server.log``); without one, on this host.
     """
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -278,12 +288,17 @@ def launch_vllm_servers(specs: Sequence[VllmServerSpec], run_dir: Path,
     ports = [s.port for s in specs]
     if len(set(ports)) != len(ports):
         raise ValueError(f"server ports must be unique, got {ports}")
-    for spec in specs:
-        ensure_port_free(spec.port)
-    servers = [VllmServer(spec) for spec in specs]
+    if placement is None or placement.kind == "local":
+        for spec in specs:
+            ensure_port_free(spec.port)
+    if placement is None:
+        servers = [VllmServer(spec) for spec in specs]
+    else:
+        servers = [VllmServer(spec, placement.process(spec.name, mirror_to=server_dir(spec, run_dir) / "server.log"))
+                   for spec in specs]
     try:
         for server in servers:
-            server.start(run_dir)
+            server.start(run_dir if placement is None else placement.node_dir(server.spec.name, run_dir))
         deadline = time.monotonic() + timeout_s
         for server in servers:
             waited = server.wait_ready(max(1.0, deadline - time.monotonic()))

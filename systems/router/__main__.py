@@ -3,7 +3,7 @@
 ``colocated`` routes whole requests to colocated instances with a :mod:`systems.policies` policy
 (:mod:`systems.router.cli`); ``disaggregated`` places prefills and decodes with the simulator's
 ``PDScheduler`` from a JSON config the deployment writes (:mod:`systems.router.pd_cli`). Both listen on
-127.0.0.1 only and exit 0 on SIGTERM or SIGINT.
+the ``--host`` address (127.0.0.1 by default) and exit 0 on SIGTERM or SIGINT.
 """
 
 import sys

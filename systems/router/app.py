@@ -1,4 +1,5 @@
-"""The router's aiohttp application: :func:`create_app` builds it, :func:`start_router` serves it on loopback."""
+"""The router's aiohttp application: :func:`create_app` builds it, :func:`start_router` serves it on the
+node's address (127.0.0.1 by default)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Optional
 import aiohttp
 from aiohttp import web
 
+from systems.launch.ports import LOOPBACK, check_host
 from systems.policies import RoutingPolicy
 from systems.router.admission import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -31,7 +33,7 @@ __all__ = ["HOST", "create_app", "start_router"]
 
 logger = logging.getLogger(__name__)
 
-HOST = "127.0.0.1"  # the router only ever listens on loopback
+HOST = LOOPBACK  # the address the router listens on unless told another (start_router's host)
 DEFAULT_BLOCK_SIZE = 128  # vLLM's KV block size on CPU
 _MAX_BODY_BYTES = 64 * 1024 * 1024  # long token-id prompts are large JSON
 
@@ -88,19 +90,22 @@ def create_app(
 
 
 async def start_router(
-    app: web.Application, port: int = 0, shutdown_timeout_s: float = 2.0
+    app: web.Application, port: int = 0, shutdown_timeout_s: float = 2.0, host: str = HOST
 ) -> tuple[web.AppRunner, int]:
-    """Serve ``app`` on ``127.0.0.1:port`` (0: any free port); returns the runner and the bound port.
+    """Serve ``app`` on ``host:port`` (127.0.0.1 by default; port 0: any free port); returns the runner and
+    the bound port. ``host`` is the address of the node the router runs on (``ValueError`` if it is not an
+    address or a host name).
 
     ``await runner.cleanup()`` stops it, giving in-flight requests ``shutdown_timeout_s`` to finish. A
     client disconnect cancels its handler, which closes the backend request.
     """
+    check_host(host, "router host")
     runner = web.AppRunner(
         app, handler_cancellation=True, access_log=None, shutdown_timeout=shutdown_timeout_s
     )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, HOST, port, backlog=1024)
+        site = web.TCPSite(runner, host, port, backlog=1024)
         await site.start()
     except BaseException:
         await runner.cleanup()
@@ -109,7 +114,7 @@ async def start_router(
     state = app[STATE_KEY]
     logger.info(
         "router on http://%s:%d, policy %s, backends %s",
-        HOST,
+        host,
         bound,
         state.policy.describe(),
         ", ".join(f"{b.name}={b.url}" for b in state.backends),

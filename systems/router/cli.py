@@ -1,7 +1,8 @@
 """Command line of the colocated router: ``python -m systems.router colocated --port P --backend NAME=URL ... --policy NAME``.
 
-Listens on 127.0.0.1 only, logs to stderr, and exits with status 0 on SIGTERM or SIGINT after closing
-its listener and backend connections. Uses uvloop when it is installed.
+Listens on the ``--host`` address (127.0.0.1 by default; a real deployment gives the address of the node
+it runs on), logs to stderr, and exits with status 0 on SIGTERM or SIGINT after closing its listener and
+backend connections. Uses uvloop when it is installed.
 
 Overload and memory bounds (defaults in :mod:`systems.router.admission` and :mod:`systems.router.capacity`):
 ``--max-pending`` requests held at once (beyond: ``429``; 0: no bound), ``--connect-timeout-s`` and
@@ -19,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from systems.launch.ports import LOOPBACK, check_host
 from systems.launch.processes import stop_event_on_signals
 from systems.policies import POLICY_NAMES, RoutingPolicy, build_policy, policy_parameters
 from systems.router.admission import (
@@ -41,7 +43,9 @@ logger = logging.getLogger("systems.router")
 def build_parser() -> argparse.ArgumentParser:
     """The router's argument parser."""
     p = argparse.ArgumentParser(prog="python -m systems.router colocated", description=__doc__.splitlines()[0])
-    p.add_argument("--port", type=int, required=True, help="port on 127.0.0.1 (0: any free port)")
+    p.add_argument("--host", default=LOOPBACK,
+                   help=f"address to listen on: the node's own address (default {LOOPBACK})")
+    p.add_argument("--port", type=int, required=True, help="port on the --host address (0: any free port)")
     p.add_argument(
         "--backend", action="append", required=True, metavar="NAME=URL", help="a backend; repeat for each"
     )
@@ -137,7 +141,7 @@ async def _serve(args: argparse.Namespace) -> None:
         max_pending=args.max_pending, upstream_timeout_s=args.upstream_timeout_s,
     )
     stop = stop_event_on_signals()
-    runner, _ = await start_router(app, args.port)
+    runner, _ = await start_router(app, args.port, host=args.host)
     try:
         await stop.wait()
         logger.info("router stopping")
@@ -155,6 +159,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
+        check_host(args.host, "--host")
         policy_from_args(args)
         for b in args.backend:
             parse_backend(b)

@@ -1,8 +1,9 @@
 """What each prefill instance holds in its own KV cache, learnt from vLLM's KV-cache events.
 
-Each prefill instance runs with ``--kv-events-config`` publishing over ZMQ to ``tcp://127.0.0.1:<port>``
-with its instance name as the topic (:func:`kv_events_config`); vLLM's publisher *connects* to a
-non-wildcard endpoint, so the router *binds* one SUB socket there and every instance connects to it.
+Each prefill instance runs with ``--kv-events-config`` publishing over ZMQ to ``tcp://<router host>:<port>``
+(the router's ``--host`` address, 127.0.0.1 by default) with its instance name as the topic
+(:func:`kv_events_config`); vLLM's publisher *connects* to a non-wildcard endpoint, so the router *binds*
+one SUB socket there and every instance connects to it.
 ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`` keeps the block hashes as vLLM's full sha256 bytes, the same
 values :class:`systems.router.pool_index.VllmBlockHasher` computes from a prompt, so
 :meth:`KVEventIndex.prefix_blocks` answers "how many leading blocks of this prompt does instance X hold".
@@ -47,6 +48,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
+from systems.launch.ports import LOOPBACK, check_host
+
 logger = logging.getLogger(__name__)
 
 INT_HASHES_ENV = "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"
@@ -54,10 +57,17 @@ DEFAULT_CAPACITY_BLOCKS = 1 << 16  # per instance, when nothing better is known 
 LOG_INTERVAL_S = 10.0  # at most one warning about bad messages per interval
 
 
-def kv_events_config(port: int, topic: str) -> dict[str, Any]:
-    """vLLM's ``--kv-events-config`` for a publisher that connects to the router on 127.0.0.1:``port``."""
-    return {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{port}",
+def kv_events_config(port: int, topic: str, host: str = LOOPBACK) -> dict[str, Any]:
+    """vLLM's ``--kv-events-config`` for a publisher that connects to the router on ``host:port`` (``host``:
+    the address the router binds, i.e. its ``--host``; 127.0.0.1 by default)."""
+    return {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": zmq_endpoint(host, port),
             "topic": topic}
+
+
+def zmq_endpoint(host: str, port: int) -> str:
+    """``tcp://host:port`` (an IPv6 address in brackets); ``ValueError`` for a host that is not one."""
+    check_host(host, "KV-cache events host")
+    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 
 
 class RateLimitedWarning:
@@ -225,13 +235,15 @@ class KVEventIndex:
 
     # -- receiver thread -----------------------------------------------------------------------------
 
-    def start(self, port: int, decode: Optional[Callable[[bytes], Any]] = None) -> None:
-        """Bind the SUB socket on 127.0.0.1:``port`` and receive in a daemon thread.
+    def start(self, port: int, decode: Optional[Callable[[bytes], Any]] = None, host: str = LOOPBACK) -> None:
+        """Bind the SUB socket on ``host:port`` (the router's address; 127.0.0.1 by default) and receive in
+        a daemon thread.
 
         ``decode`` turns a payload into a batch (default: msgspec with vLLM's ``KVEventBatch``).
         """
         import zmq
 
+        endpoint = zmq_endpoint(host, port)
         if decode is None:
             import msgspec
             from vllm.distributed.kv_events import KVEventBatch
@@ -241,7 +253,9 @@ class KVEventIndex:
         ctx = zmq.Context.instance()
         sock = ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
-        sock.bind(f"tcp://127.0.0.1:{port}")
+        if ":" in host:
+            sock.setsockopt(zmq.IPV6, 1)
+        sock.bind(endpoint)
         decoder = decode
 
         def run() -> None:
@@ -260,7 +274,7 @@ class KVEventIndex:
 
         self._thread = threading.Thread(target=run, name="kv-events", daemon=True)
         self._thread.start()
-        logger.info("KV-cache events from %s on tcp://127.0.0.1:%d", ", ".join(self._instances), port)
+        logger.info("KV-cache events from %s on %s", ", ".join(self._instances), endpoint)
 
     def stop(self) -> None:
         self._stop.set()

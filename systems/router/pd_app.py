@@ -44,6 +44,7 @@ from typing import Any, Optional
 import aiohttp
 from aiohttp import web
 
+from systems.launch.ports import LOOPBACK
 from systems.policies.cache_aware import BlockLRU
 from systems.policies.hashing import block_hashes
 from systems.policies.pd import PDScheduler
@@ -62,7 +63,7 @@ from systems.router.pool_index import PoolIndex
 
 logger = logging.getLogger(__name__)
 
-HOST = "127.0.0.1"
+HOST = LOOPBACK  # the address the router listens on unless told another (pd_cli's --host)
 ROUTER_KEY = web.AppKey("pd_router", object)
 _UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 _MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -100,7 +101,7 @@ class RouterConfig:
     request_log: str = ""
     health_interval_s: float = 2.0
     local_cache: bool = True  # prefill instances keep a prefix cache (false: the router never assumes local hits)
-    kv_events_port: int = 0  # > 0: the prefill instances publish KV-cache events to 127.0.0.1:<port>
+    kv_events_port: int = 0  # > 0: the prefill instances publish KV-cache events to <router --host>:<port>
     kv_events_capacity_blocks: int = 0  # per prefill instance; 0: estimates.local_capacity_tokens // block_size
     max_pending: int = DEFAULT_MAX_PENDING  # requests held at once; beyond: 429 (0: no bound)
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S

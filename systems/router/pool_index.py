@@ -6,7 +6,8 @@ vLLM's chained prefix-cache hash (sha256 over ``(parent hash, block token ids, e
 with vLLM's ``NONE_HASH``; the first block's extra keys carry the request's ``cache_salt``).
 :func:`vllm_block_hashes` computes those hashes with vLLM's own functions, so the keys the router asks
 about are byte-identical to the ones the engines wrote; :class:`PoolIndex` asks the master with one
-``batch_is_exist`` call and returns the longest leading run of blocks present.
+``batch_is_exist`` call and returns the longest leading run of blocks present. Its store client's transfer
+engine names itself by ``local_hostname``: the router's own address (its ``--host``, 127.0.0.1 by default).
 
 The router imports vLLM only when a pool is configured (``system=mooncake``).
 """
@@ -16,6 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from typing import Any, Optional
+
+from systems.launch.ports import LOOPBACK, check_host
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +58,10 @@ class PoolIndex:
     """Existence checks against Mooncake Store for the blocks of a prompt."""
 
     def __init__(self, master: str, key_prefix: str, block_size: int, protocol: str = "tcp",
-                 store: Any = None, hasher: Any = None) -> None:
+                 store: Any = None, hasher: Any = None, local_hostname: str = LOOPBACK) -> None:
+        """``local_hostname``: the address of this node, the first argument of the store client's
+        ``setup`` (``ValueError`` when it is not an address or a host name)."""
+        check_host(local_hostname, "pool index local_hostname")
         self.key_prefix = key_prefix
         self.block_size = block_size
         self.hasher = hasher if hasher is not None else VllmBlockHasher(block_size)
@@ -63,7 +69,7 @@ class PoolIndex:
             from mooncake.store import MooncakeDistributedStore
 
             store = MooncakeDistributedStore()
-            rc = store.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, protocol, "", master)
+            rc = store.setup(local_hostname, "P2PHANDSHAKE", 0, 16 << 20, protocol, "", master)
             if rc != 0:
                 raise RuntimeError(f"router: cannot join mooncake_master at {master} (setup returned {rc})")
         self.store = store

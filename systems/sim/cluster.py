@@ -73,7 +73,7 @@ from systems.sim.events import PRIO_ARRIVAL, PRIO_SAMPLE, PRIO_TRANSFER, EventQu
 from systems.sim.instance import InstanceHooks, SimInstance
 from systems.sim.keys import request_keys
 from systems.sim.links import FifoLink, LinkSpec
-from systems.sim.load_index import BatchBuckets, BlockHolders, SortedPool, iter_bits, run_levels
+from systems.sim.load_index import BatchBuckets, BlockHolders, HeldBlockLRU, SortedPool, iter_bits, run_levels
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.request import SimRequest
 from systems.topology import ROLES
@@ -173,7 +173,7 @@ class Cluster(InstanceHooks):
         self.by_role: dict[str, list[SimInstance]] = {r: [] for r in ROLES}
         self.nics: list[FifoLink] = []
         self.dram: list[Optional[BlockLRU]] = []
-        self._holders: Counter[int] = Counter()
+        self._holders: Counter[int] = Counter()  # block -> DRAM caches holding it, of those not in _dram_holders
         self._remote_reads: Counter[int] = Counter()
         pool = setup.kv_pool
         for p in setup.pools:
@@ -236,7 +236,6 @@ class Cluster(InstanceHooks):
         self._block_size = 0
         self.requests: list[SimRequest] = []
         self._arrivals: list[SimRequest] = []  # the requests by arrival time (then request order)
-        self._next_arrival = 0
         self._ticks: list[tuple[float, list[dict[str, Any]]]] = []  # each sampling instant and its rows
         self._sample_interval_s = setup.sample_interval_s
         self.counters: Counter[str] = Counter()
@@ -333,23 +332,17 @@ class Cluster(InstanceHooks):
             inst.hbm = None
             if self.setup.prefix_caching and hbm_blocks > 0:
                 if tracked:
-                    inserted, evicted = hbm_holders.hooks(self._pos[i])
-                    inst.hbm = BlockLRU(hbm_blocks, on_evict=evicted, on_insert=inserted)
+                    inst.hbm = hbm_holders.cache(self._pos[i], hbm_blocks)
                 else:
                     inst.hbm = BlockLRU(hbm_blocks)
             dram_blocks = pool.dram_tokens_per_node // block_size
             if self.has_pool and dram_blocks > 0:
                 if tracked:
-                    inserted, evicted = dram_holders.hooks(self._pos[i])
-                    self.dram[i] = BlockLRU(dram_blocks, on_evict=self._dram_evicted_from(evicted), on_insert=inserted)
+                    # its blocks are in dram_holders' bit sets: a block is in some DRAM cache when it has bits there
+                    # or a count in _holders (the untracked caches)
+                    self.dram[i] = dram_holders.cache(self._pos[i], dram_blocks)
                 else:
                     self.dram[i] = BlockLRU(dram_blocks, on_evict=self._dram_evicted)
-
-    def _dram_evicted_from(self, holder_evicted: Any) -> Any:
-        def evicted(key: int) -> None:
-            self._dram_evicted(key)
-            holder_evicted(key)
-        return evicted
 
     def _dram_evicted(self, key: int) -> None:
         self._holders[key] -= 1
@@ -370,12 +363,10 @@ class Cluster(InstanceHooks):
                 raise ValueError(f"request {req.spec.request_id}: arrival_s must be a finite time >= 0, got {arrival!r}")
             if arrival > last_arrival:
                 last_arrival = arrival
-        # arrivals enter the event queue one at a time, in (time, request order) as the queue would order them
-        # (no other event has their priority): the queue stays as small as the work in flight
+        # arrivals run in (time, request order), as the queue would order them, and never tie with another event
+        # (no other event has their priority): they run as the queue's stream, without going through its heap
         self._arrivals = sorted(self.requests, key=lambda r: r.spec.arrival_s)
-        self._next_arrival = 0
-        if self._arrivals:
-            self.loop.schedule(self._arrivals[0].spec.arrival_s, PRIO_ARRIVAL, self._arrive_next, None)
+        self.loop.set_stream([r.spec.arrival_s for r in self._arrivals], PRIO_ARRIVAL, self._arrive, self._arrivals)
         if self.requests:
             # bounded work whatever the schedule spans: at most MAX_SAMPLE_TIMES instants up to the last arrival
             self._sample_interval_s = max(self.setup.sample_interval_s, last_arrival / MAX_SAMPLE_TIMES)
@@ -480,14 +471,6 @@ class Cluster(InstanceHooks):
         req.finish_s = now
         self.counters[status.value] += 1
         self._done += 1
-
-    def _arrive_next(self, now: float, _: Any) -> None:
-        """The next arrival in time order; schedules the one after it."""
-        k = self._next_arrival
-        self._next_arrival = k + 1
-        if k + 1 < len(self._arrivals):
-            self.loop.schedule(self._arrivals[k + 1].spec.arrival_s, PRIO_ARRIVAL, self._arrive_next, None)
-        self._arrive(now, self._arrivals[k])
 
     def _arrive(self, now: float, req: SimRequest) -> None:
         limit = self.setup.max_model_len
@@ -628,9 +611,10 @@ class Cluster(InstanceHooks):
         if not self.has_pool or not req.keys:
             return PrefixSource(0, "")
         holders = self._holders
+        bits = self._dram_holders.bits if self._dram_holders is not None else {}
         k = 0
         for key in req.keys:
-            if holders.get(key, 0) <= 0:
+            if key not in bits and holders.get(key, 0) <= 0:  # in no DRAM cache
                 break
             k += 1
         return PrefixSource(k * req.spec.block_size, "pool" if k else "")
@@ -757,9 +741,11 @@ class Cluster(InstanceHooks):
             dram = self.dram[inst.index]
             threshold = pool.replication_threshold
             hot = []
+            reads = self._remote_reads
             for key in keys:
-                self._remote_reads[key] += 1
-                if threshold and self._remote_reads[key] >= threshold and dram is not None and key not in dram:
+                count = reads[key] + 1
+                reads[key] = count
+                if threshold and count >= threshold and dram is not None and key not in dram:
                     hot.append(key)
             if hot and dram is not None:
                 self._dram_insert(dram, hot)
@@ -769,10 +755,12 @@ class Cluster(InstanceHooks):
         return t
 
     def _dram_insert(self, dram: BlockLRU, keys: Sequence[int]) -> None:
-        holders = self._holders
-        for key in keys:
-            if key not in dram:
-                holders[key] += 1
+        """Record ``keys`` in the DRAM cache ``dram`` (counted in ``_holders`` unless it keeps its holder bits)."""
+        if not isinstance(dram, HeldBlockLRU):
+            holders = self._holders
+            for key in keys:
+                if key not in dram:
+                    holders[key] += 1
         dram.record(keys)
 
     # -- instance hooks ---------------------------------------------------------------------------

@@ -17,7 +17,8 @@ token each), and wait otherwise (splitwise-sim lets as many as fit join; here al
 
 Stretches of decode-only iterations are not simulated one by one: while the batch does not change,
 step times form a known sequence (context grows by the batch size each step), so the instance plans a
-*segment* up to the next finish, evaluates its step times in one vectorised call, and cuts it short at
+*segment* up to the next finish, evaluates its step times at once (``PerfModel.decode_segment_ends``: one
+vectorised call, or Python floats for a short segment, the same floats), and cuts it short at
 the next iteration boundary if new work arrives. Each instance keeps the end time of every decode
 iteration; a request's token times are a slice of that timeline.
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections import deque
 from typing import Optional
 
@@ -100,7 +102,7 @@ class SimInstance:
         self._version = 0
         self._chunks: list[tuple[SimRequest, int]] = []
         self._decoding = False  # the running sequences decode in the current prefill iteration
-        self._seg_ends: Optional[np.ndarray] = None
+        self._seg_ends: Optional[list[float]] = None  # end times of the planned decode segment
         self._seg_n = 0
         self._seg_start = 0.0
         self.queued_work_s = 0.0  # estimated prefill seconds of the waiting queue
@@ -161,12 +163,11 @@ class SimInstance:
             return
         ends = self._seg_ends
         if ends is not None:  # cut the decode segment at the next iteration boundary
-            k = int(ends.searchsorted(now, side="right"))
-            n = k + 1
+            n = bisect_right(ends, now) + 1
             if n < self._seg_n:
                 self._seg_n = n
                 self._version += 1
-                self.loop.schedule(float(ends[n - 1]), PRIO_ITERATION, self._end_segment, self._version)
+                self.loop.schedule(ends[n - 1], PRIO_ITERATION, self._end_segment, self._version)
 
     # -- scheduling -------------------------------------------------------------------------------
     def _admit_pending(self, now: float) -> None:
@@ -316,19 +317,13 @@ class SimInstance:
             n = SEGMENT_CAP
         if n < 1:
             n = 1
-        if n == 1:
-            ends = np.array([now + float(self.perf.decode_step_time_s(b, self.running_ctx))])
-        else:
-            ctx = np.arange(self.running_ctx, self.running_ctx + b * n, b, dtype=np.float64)  # context at each step
-            steps = self.perf.decode_step_time_s(b, ctx)
-            ends = steps.cumsum() if isinstance(steps, np.ndarray) else np.cumsum(steps)
-            ends += now  # now + each partial sum
+        ends = self.perf.decode_segment_ends(b, self.running_ctx, n, now)
         self.busy = True
         self._seg_start = now
         self._seg_ends = ends
         self._seg_n = n
         self._version += 1
-        self.loop.schedule(float(ends[-1]), PRIO_ITERATION, self._end_segment, self._version)
+        self.loop.schedule(ends[-1], PRIO_ITERATION, self._end_segment, self._version)
 
     # -- iteration ends ---------------------------------------------------------------------------
     def _end_segment(self, now: float, version: int) -> None:
@@ -340,7 +335,7 @@ class SimInstance:
         first = self.diter
         if first + n > len(self._timeline):
             self._grow_timeline(first + n)
-        self._timeline[first:first + n] = ends[:n]
+        self._timeline[first:first + n] = ends if n == len(ends) else ends[:n]
         b = len(self.running)
         self.busy_s += now - self._seg_start
         self.diter += n

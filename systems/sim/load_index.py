@@ -24,6 +24,8 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Optional
 
+from systems.policies.cache_aware import BlockLRU
+
 Key = tuple[Any, ...]
 
 
@@ -178,6 +180,45 @@ class BlockHolders:
                 del bits[key]
 
         return inserted, evicted
+
+    def cache(self, position: int, capacity: int) -> BlockLRU:
+        """A ``BlockLRU`` of ``capacity`` blocks for the cache at ``position``, its blocks kept in :attr:`bits`
+        (the same as ``BlockLRU(capacity, on_evict=..., on_insert=...)`` with :meth:`hooks`, without a call per
+        block)."""
+        return HeldBlockLRU(capacity, self.bits, 1 << position)
+
+
+class HeldBlockLRU(BlockLRU):
+    """A ``BlockLRU`` that keeps a :class:`BlockHolders`' bit sets itself (see :meth:`BlockHolders.cache`)."""
+
+    __slots__ = ("_bit", "_bits")
+
+    def __init__(self, capacity: int, bits: dict[int, int], bit: int) -> None:
+        super().__init__(capacity)
+        self._bits = bits
+        self._bit = bit
+
+    def record(self, hashes: Any) -> None:
+        """``BlockLRU.record``, its insert and evict hooks inlined."""
+        blocks = self._blocks
+        bits, bit = self._bits, self._bit
+        get = bits.get
+        for h in reversed(hashes):
+            if h in blocks:
+                blocks.move_to_end(h)
+            else:
+                blocks[h] = None
+                bits[h] = get(h, 0) | bit
+        capacity = self.capacity
+        if capacity is not None and len(blocks) > capacity:
+            pop = blocks.popitem
+            while len(blocks) > capacity:
+                evicted, _ = pop(last=False)
+                left = bits[evicted] ^ bit
+                if left:
+                    bits[evicted] = left
+                else:
+                    del bits[evicted]
 
 
 def run_levels(keys: Iterable[int], full: int, first: dict[int, int],

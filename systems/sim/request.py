@@ -2,11 +2,68 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
+from typing import Any, Optional
 
 from harness.records import RequestRecord, RequestSpec, RequestStatus
 
 NAN = math.nan
+_OK = RequestStatus.OK
+
+# the fields to_record fills, in this order (every field of RequestRecord)
+_RECORD_FIELDS = ("request_id", "status", "arrival_s", "sent_s", "first_token_s", "finish_s", "input_length",
+                  "output_length", "n_out", "chunk_times_s", "cached_tokens", "instance", "error", "prefix_group",
+                  "shared_prefix_len", "session_id", "turn", "extra")
+
+
+def _record_builder() -> Optional[Callable[..., RequestRecord]]:
+    """A faster ``RequestRecord(*values)`` for the simulator's millions of records: a frozen dataclass's
+    ``__init__`` sets each field through ``object.__setattr__``; this sets the slots directly (the same
+    object: equal, same repr, same pickle). None (the constructor is used) unless ``RequestRecord`` is a
+    slotted dataclass with exactly :data:`_RECORD_FIELDS` and no ``__post_init__``."""
+    try:
+        names = tuple(f.name for f in dataclasses.fields(RequestRecord))
+        setters = tuple(getattr(RequestRecord, n).__set__ for n in names)
+    except (TypeError, AttributeError):
+        return None
+    if names != _RECORD_FIELDS or hasattr(RequestRecord, "__post_init__") or "__dict__" in dir(RequestRecord):
+        return None
+    new = object.__new__
+    cls = RequestRecord
+    (s_id, s_status, s_arrival, s_sent, s_first, s_finish, s_input, s_output, s_n_out, s_chunks, s_cached,
+     s_instance, s_error, s_group, s_shared, s_session, s_turn, s_extra) = setters
+
+    def build(request_id: Any, status: Any, arrival_s: Any, sent_s: Any, first_token_s: Any, finish_s: Any,
+              input_length: Any, output_length: Any, n_out: Any, chunk_times_s: Any, cached_tokens: Any,
+              instance: Any, error: Any, prefix_group: Any, shared_prefix_len: Any, session_id: Any, turn: Any,
+              extra: Any) -> RequestRecord:
+        r = new(cls)
+        s_id(r, request_id)
+        s_status(r, status)
+        s_arrival(r, arrival_s)
+        s_sent(r, sent_s)
+        s_first(r, first_token_s)
+        s_finish(r, finish_s)
+        s_input(r, input_length)
+        s_output(r, output_length)
+        s_n_out(r, n_out)
+        s_chunks(r, chunk_times_s)
+        s_cached(r, cached_tokens)
+        s_instance(r, instance)
+        s_error(r, error)
+        s_group(r, prefix_group)
+        s_shared(r, shared_prefix_len)
+        s_session(r, session_id)
+        s_turn(r, turn)
+        s_extra(r, extra)
+        return r
+
+    return build
+
+
+_build_record = _record_builder() or RequestRecord
 
 
 class SimRequest:
@@ -61,10 +118,13 @@ class SimRequest:
             for inst, first, count in self.ranges:
                 times += inst.iteration_list(first, count)  # type: ignore[attr-defined]
             times.sort()  # already in order unless a preempted sequence was recomputed
-        ok = self.status == RequestStatus.OK
+        status = self.status
+        ok = status == _OK
+        prefill_start = self.prefill_start_s
+        arrival = spec.arrival_s
         extra = {
-            "queue_s": self.prefill_start_s - spec.arrival_s if self.prefill_start_s == self.prefill_start_s else NAN,
-            "prefill_s": self.prefill_end_s - self.prefill_start_s,
+            "queue_s": prefill_start - arrival if prefill_start == prefill_start else NAN,
+            "prefill_s": self.prefill_end_s - prefill_start,
             "kv_transfer_s": self.kv_transfer_s,
             "kv_transfer_bytes": self.kv_transfer_bytes,
             "kv_fetch_s": self.fetch_s,
@@ -73,13 +133,11 @@ class SimRequest:
             "preemptions": float(self.preemptions),
         }
         instance = self.prefill_instance
-        if self.decode_instance and self.decode_instance != self.prefill_instance:
-            instance = f"{self.prefill_instance}->{self.decode_instance}"
-        return RequestRecord(
-            request_id=spec.request_id, status=self.status, arrival_s=spec.arrival_s, sent_s=spec.arrival_s,
-            first_token_s=self.first_token_s if len(times) else NAN,
-            finish_s=self.finish_s, input_length=spec.input_length, output_length=spec.output_length,
-            n_out=len(times), chunk_times_s=tuple(times), cached_tokens=self.cached_tokens,
-            instance=instance, error=self.error, prefix_group=spec.prefix_group,
-            shared_prefix_len=spec.shared_prefix_len, session_id=spec.session_id, turn=spec.turn, extra=extra,
-        )
+        decode_instance = self.decode_instance
+        if decode_instance and decode_instance != instance:
+            instance = f"{instance}->{decode_instance}"
+        n_out = len(times)
+        return _build_record(spec.request_id, status, arrival, arrival, self.first_token_s if n_out else NAN,
+                             self.finish_s, spec.input_length, spec.output_length, n_out, tuple(times),
+                             self.cached_tokens, instance, self.error, spec.prefix_group, spec.shared_prefix_len,
+                             spec.session_id, spec.turn, extra)

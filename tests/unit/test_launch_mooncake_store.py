@@ -72,4 +72,4 @@ def test_parse_size_rejects_what_it_cannot_read():
 def test_pool_node_command():
     cmd = pool_node_command("127.0.0.1:50051", "32MB", 4567)
     assert cmd == [sys.executable, "-m", "systems.launch.pool_node", "--master", "127.0.0.1:50051", "--segment-size",
-                   "32MB", "--port", "4567"]
+                   "32MB", "--host", "127.0.0.1", "--port", "4567"]

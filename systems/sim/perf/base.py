@@ -6,7 +6,7 @@ in ``n_seqs`` sequences, where a chunk of ``c`` new tokens after ``p`` tokens al
 to ``sum_sq_tokens`` (the attention term: summed over a prompt's chunks it telescopes to ``len**2``).
 A *decode* step generates one token for each of ``batch_size`` sequences whose contexts sum to
 ``sum_context`` tokens. Decode functions accept NumPy arrays (same shape) and return an array then:
-the simulator evaluates whole stretches of decode-only steps at once.
+the simulator evaluates whole stretches of decode-only steps at once (:meth:`PerfModel.decode_segment_ends`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,11 @@ import numpy as np
 from systems.config import HardwareConfig, ModelConfig
 
 ArrayLike = float | int | np.ndarray
+
+# a stretch of at most this many decode steps is timed with Python floats (the same operations, one step at a
+# time): NumPy's fixed cost per call exceeds a short loop's (most stretches end at the next finish, a few
+# steps away)
+SCALAR_SEGMENT_MAX = 48
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,35 @@ class PerfModel(ABC):
     @abstractmethod
     def decode_step_time_s(self, batch_size: ArrayLike, sum_context: ArrayLike) -> ArrayLike:
         """One decode step of ``batch_size`` sequences with ``sum_context`` context tokens in all."""
+
+    def decode_segment_ends(self, batch_size: int, context: int, n: int, now: float) -> list[float]:
+        """End times of ``n`` decode steps of ``batch_size`` sequences starting at ``now`` with ``context`` tokens
+        (the context grows by the batch each step): ``now + step`` for one step (the scalar
+        :meth:`decode_step_time_s`); else ``now`` plus the running sums of the steps evaluated over
+        ``context, context + batch_size, ...`` as one array. Models override :meth:`_segment_steps` to give
+        the same floats from Python arithmetic for short stretches (the same operations in the same order
+        on the same doubles: each correctly rounded, so the results are identical)."""
+        if n == 1:
+            return [now + float(self.decode_step_time_s(batch_size, context))]
+        steps = self._segment_steps(batch_size, context, n) if n <= SCALAR_SEGMENT_MAX else None
+        if steps is None:
+            ctx = np.arange(context, context + batch_size * n, batch_size, dtype=np.float64)  # context at each step
+            arr = self.decode_step_time_s(batch_size, ctx)
+            ends = arr.cumsum() if isinstance(arr, np.ndarray) else np.cumsum(arr)
+            ends += now  # now + each partial sum
+            return ends.tolist()
+        out = []
+        acc = 0.0
+        for t in steps:  # NumPy's cumsum adds left to right
+            acc += t
+            out.append(acc + now)
+        return out
+
+    def _segment_steps(self, batch_size: int, context: int, n: int) -> list[float] | None:
+        """The step times :meth:`decode_step_time_s` gives for ``batch_size`` (an int) and the array
+        ``context, context + batch_size, ..., context + (n - 1) * batch_size`` (float64), as Python floats
+        computed exactly as that array is; None: no such path (the array is evaluated)."""
+        return None
 
     def decode_monotone_in_context(self) -> bool:
         """True when ``decode_step_time_s(b, c)`` for a scalar ``b`` never decreases as an integer ``c`` grows,

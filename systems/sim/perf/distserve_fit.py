@@ -139,6 +139,19 @@ class DistServeFitModel(ShapedPerfModel):
         a, b, c = self._c.decode_small if batch_size < self._c.threshold else self._c.decode_large
         return (a + b * (sum_context + batch_size) + c * batch_size) / self._pp / 1e3
 
+    def _segment_steps(self, batch_size: int, context: int, n: int) -> list[float] | None:
+        # the segment path above, one float at a time
+        a, b, c = self._c.decode_small if batch_size < self._c.threshold else self._c.decode_large
+        pp = self._pp
+        cb = c * batch_size
+        bs = float(batch_size)
+        out = []
+        ctx = float(context)
+        for _ in range(n):
+            out.append((a + b * (ctx + bs) + cb) / pp / 1e3)
+            ctx += bs
+        return out
+
     def decode_monotone_in_context(self) -> bool:
         # (a + b * (context + batch) + c * batch) / pp / 1e3: non-decreasing in the context when b >= 0
         return self._c.decode_small[1] >= 0 and self._c.decode_large[1] >= 0 and self._pp > 0

@@ -84,6 +84,18 @@ class FittedProfileModel(ShapedPerfModel):
             return (a + b * ctx + c * bs) / 1e3
         return (a + b * float(sum_context) + c * float(batch_size)) / 1e3
 
+    def _segment_steps(self, batch_size: int, context: int, n: int) -> list[float] | None:
+        # the array path above, one float at a time: (a + b * ctx + c * batch) / 1e3
+        a, b, c = self._decode
+        bs = float(batch_size)
+        cb = c * bs
+        out = []
+        ctx = float(context)
+        for _ in range(n):
+            out.append((a + b * ctx + cb) / 1e3)
+            ctx += bs
+        return out
+
     def decode_monotone_in_context(self) -> bool:
         return self._decode[1] >= 0  # (a + b * context + c * batch) / 1e3
 

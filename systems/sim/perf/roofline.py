@@ -179,6 +179,29 @@ class RooflineModel(ShapedPerfModel):
         memory = self._t_weights + (sum_context + batch_size) * self._t_kv_token
         return self._combine(compute, memory, batch_size)
 
+    def _segment_steps(self, batch_size: int, context: int, n: int) -> list[float] | None:
+        # the array path above, one float at a time: compute = ctx * attn + b * flop; memory = (ctx + b) * kv
+        # + weights; then _combine's terms left to right (ctx and ctx + b are integers below 2**53: exact)
+        b = float(batch_size)
+        attn, kv, weights, overhead = self._t_attn_ctx, self._t_kv_token, self._t_weights, self._overhead
+        bf = b * self._t_flop_token
+        full_overlap, no_comm = self._full_overlap, self._no_comm
+        under = 1.0 - self.overlap
+        comm_fixed, comm_b = self._comm_fixed, self._comm_token * b
+        out = []
+        c = float(context)
+        for _ in range(n):
+            compute = c * attn + bf
+            memory = (c + b) * kv + weights
+            t = compute if compute >= memory or compute != compute else memory  # np.maximum (NaN wins)
+            if not full_overlap:
+                t = t + under * (compute if compute <= memory or compute != compute else memory)  # np.minimum
+            if not no_comm:
+                t = t + comm_fixed + comm_b
+            out.append(t + overhead)
+            c += b
+        return out
+
     def decode_monotone_in_context(self) -> bool:
         # the context enters compute and memory with non-negative factors; max, min, and adding
         # (1 - overlap) >= 0 times the smaller keep the order

@@ -209,6 +209,23 @@ class SplitwiseProfileModel(ShapedPerfModel):
             sum_context - batch_size * g.context_ref)
         return max(ms, 0.0) / 1e3
 
+    def _segment_steps(self, batch_size: int, context: int, n: int) -> list[float] | None:
+        # the segment path above, one float at a time: max(base + slope * ctx, 0) / 1e3
+        g = self.grid
+        base = self._segment_base_memo.get(batch_size)
+        if base is None:
+            base = _interp(batch_size, g.decode_batch, g.decode_ms) - g.context_slope_ms * batch_size * g.context_ref
+            self._segment_base_memo[batch_size] = base
+        slope = g.context_slope_ms
+        b = float(batch_size)
+        out = []
+        c = float(context)
+        for _ in range(n):
+            ms = base + slope * c
+            out.append((ms if ms >= 0.0 or ms != ms else 0.0) / 1e3)  # np.maximum(ms, 0.0) (NaN wins)
+            c += b
+        return out
+
     def decode_monotone_in_context(self) -> bool:
         # max(interp(batch) + slope * (context - batch * ref), 0) / 1e3
         return self.grid.context_slope_ms >= 0

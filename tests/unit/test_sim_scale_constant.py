@@ -1,0 +1,157 @@
+"""The simulator's cheaper per-request paths (issue #14 item 4, the constant per request) give the very results of
+the paths they replace: short decode segments timed with Python floats, arrivals run as the event queue's
+stream, records built slot by slot, and prefix caches that keep their holder bit sets themselves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.records import RequestRecord, RequestStatus
+from systems.hardware_catalog import load_hardware
+from systems.policies.cache_aware import BlockLRU
+from systems.sim.events import EventQueue
+from systems.sim.load_index import BlockHolders
+from systems.sim.perf import base as perf_base
+from systems.sim.perf.base import InstanceShape, PerfModel
+from systems.sim.perf.distserve_fit import DISTSERVE_JSON, DistServeFitModel
+from systems.sim.perf.fitted import FittedProfileModel
+from systems.sim.perf.profiles import SPLITWISE_CSV, find_profile
+from systems.sim.perf.roofline import RooflineModel
+from systems.sim.perf.splitwise_profile import SplitwiseProfileModel
+from systems.sim.request import _build_record
+from tests.unit.test_perf_fitted_profile import TINY, make_profile
+from tests.unit.test_sim_perf_roofline import load_model
+
+
+def _array_ends(m: PerfModel, b: int, c: int, n: int, now: float) -> list[float]:
+    """The segment's end times as the simulator computed them before (one NumPy evaluation, or the scalar
+    step for a single step)."""
+    if n == 1:
+        return [now + float(m.decode_step_time_s(b, c))]
+    steps = m.decode_step_time_s(b, np.arange(c, c + b * n, b, dtype=np.float64))
+    ends = np.cumsum(steps)
+    ends += now
+    return ends.tolist()
+
+
+def _models() -> list[PerfModel]:
+    models: list[PerfModel] = [
+        RooflineModel(load_model("llama3_8b"), load_hardware("a100_80gb"), InstanceShape("a100_80gb", 1)),
+        RooflineModel(load_model("llama3_1_70b"), load_hardware("a800_80gb"), InstanceShape("a800_80gb", 8),
+                      overlap=0.4),
+    ]
+    splitwise_dir = str(find_profile(SPLITWISE_CSV)).removesuffix(SPLITWISE_CSV)
+    models.append(SplitwiseProfileModel(load_model("llama2_70b"), load_hardware("a100_80gb"),
+                                        InstanceShape("a100_80gb", 8), profiles_dir=splitwise_dir))
+    distserve_dir = str(find_profile(DISTSERVE_JSON["distserve"]).parents[1])
+    for pp in (1, 2):
+        models.append(DistServeFitModel(load_model("opt_13b"), load_hardware("a100_80gb"),
+                                        InstanceShape("a100_80gb", 1, pp), profiles_dir=distserve_dir))
+    models.append(FittedProfileModel(TINY, load_hardware("a100_80gb"), InstanceShape("a100_80gb", 1),
+                                     profile=make_profile(), profile_check=False))
+    return models
+
+
+@pytest.mark.parametrize("model", _models(), ids=lambda m: f"{m.name}")
+def test_short_segments_timed_in_python_give_the_array_floats(model: PerfModel) -> None:
+    assert model._segment_steps(3, 1000, 5) is not None  # the model has the Python path
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        b, c = int(rng.integers(1, 600)), int(rng.integers(0, 3_000_000))
+        n = int(rng.integers(1, perf_base.SCALAR_SEGMENT_MAX + 20))
+        now = float(rng.uniform(0, 1e5))
+        got = model.decode_segment_ends(b, c, n, now)
+        assert got == _array_ends(model, b, c, n, now)  # exact: the same floats
+        assert all(type(t) is float for t in got)
+
+
+def test_a_model_without_a_python_path_uses_the_array() -> None:
+    class Linear(PerfModel):
+        kv_bytes_per_token = 1  # type: ignore[assignment]
+        kv_capacity_tokens = 10  # type: ignore[assignment]
+
+        def prefill_time_s(self, sum_tokens, sum_sq_tokens, n_seqs=1):
+            return 0.0
+
+        def decode_step_time_s(self, batch_size, sum_context):
+            return 1e-3 + 1e-7 * sum_context + 3e-5 * batch_size
+
+    m = Linear()
+    for n in (1, 2, 7, 300):
+        assert m.decode_segment_ends(4, 500, n, 2.5) == _array_ends(m, 4, 500, n, 2.5)
+
+
+def test_stream_events_run_where_the_heap_would_put_them() -> None:
+    """A stream of priority 2 interleaves with scheduled events by (time, priority), and counts as events."""
+    def run(use_stream: bool) -> tuple[list[tuple[str, float]], int]:
+        loop = EventQueue()
+        log: list[tuple[str, float]] = []
+        times = [0.0, 1.0, 1.0, 2.0, 5.0]
+
+        def arrive(t: float, k: int) -> None:
+            log.append((f"a{k}", t))
+            log.append(("len", float(len(loop))))
+            if k == 1:  # work the arrival causes: before (prio 0) and after (prio 3) the next arrival at 1.0
+                loop.schedule(1.0, 0, lambda t, _: log.append(("it", t)))
+                loop.schedule(1.0, 3, lambda t, _: log.append(("sample", t)))
+            if not use_stream and k + 1 < len(times):
+                loop.schedule(times[k + 1], 2, arrive, k + 1)
+
+        loop.schedule(2.0, 1, lambda t, _: log.append(("transfer", t)))
+        loop.schedule(9.0, 0, lambda t, _: log.append(("late", t)))
+        if use_stream:
+            loop.set_stream(times, 2, arrive, list(range(len(times))))
+        else:
+            loop.schedule(times[0], 2, arrive, 0)
+        loop.run()
+        return log, loop.processed
+
+    streamed, heaped = run(True), run(False)
+    assert streamed[0][:4] == [("a0", 0.0), ("len", 6.0), ("a1", 1.0), ("len", 5.0)]
+    # the heap holds one arrival at a time: compare the order and the counts, not the queue lengths
+    assert [e for e in streamed[0] if e[0] != "len"] == [e for e in heaped[0] if e[0] != "len"]
+    assert streamed[1] == heaped[1] == 9
+    names = [e[0] for e in streamed[0] if e[0] != "len"]
+    assert names == ["a0", "a1", "it", "a2", "sample", "transfer", "a3", "a4", "late"]
+
+
+def test_a_stream_stops_at_until_and_resumes() -> None:
+    loop = EventQueue()
+    seen: list[float] = []
+    loop.set_stream([1.0, 2.0, 3.0], 2, lambda t, _: seen.append(t), [None] * 3)
+    loop.run(until=2.0)
+    assert seen == [1.0, 2.0] and len(loop) == 1 and loop.now == 2.0
+    loop.run()
+    assert seen == [1.0, 2.0, 3.0] and len(loop) == 0 and loop.processed == 3
+    with pytest.raises(ValueError, match="3 times and 2 arguments"):
+        loop.set_stream([1.0, 2.0, 3.0], 2, lambda t, _: None, [None] * 2)
+
+
+def test_records_built_slot_by_slot_equal_the_constructor() -> None:
+    values = (7, RequestStatus.OK, 1.5, 1.5, 2.0, 3.25, 512, 96, 2, (2.0, 3.25), 256, "P1->D3", "", 4, 256, -1, 0,
+              {"queue_s": 0.1, "decode_s": float("nan")})
+    built, made = _build_record(*values), RequestRecord(*values)
+    assert type(built) is RequestRecord and _build_record is not RequestRecord
+    assert repr(built) == repr(made)
+    assert built.chunk_times_s == made.chunk_times_s and built.instance == made.instance
+    with pytest.raises(AttributeError):  # still frozen
+        built.n_out = 3  # type: ignore[misc]
+
+
+def test_held_caches_keep_the_holder_bits_as_the_hooks_do() -> None:
+    rng = np.random.default_rng(3)
+    held, hooked = BlockHolders(), BlockHolders()
+    caches = [held.cache(p, 6) for p in range(3)]
+    refs = []
+    for p in range(3):
+        inserted, evicted = hooked.hooks(p)
+        refs.append(BlockLRU(6, on_evict=evicted, on_insert=inserted))
+    for _ in range(500):
+        p = int(rng.integers(0, 3))
+        keys = [int(k) for k in rng.integers(0, 20, int(rng.integers(1, 9)))]
+        caches[p].record(keys)
+        refs[p].record(keys)
+        assert held.bits == hooked.bits
+        assert list(caches[p]._blocks) == list(refs[p]._blocks)
+        assert caches[p].prefix_len(keys) == refs[p].prefix_len(keys)
