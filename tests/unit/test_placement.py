@@ -5,6 +5,7 @@ Ray, on a real child process), local placement, and the Ray placement's errors w
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from systems.launch.placement import LocalPlacement, PlacementError, make_placem
 from systems.launch.placement.planner import NodeView, ServerRequest, plan
 from systems.launch.placement.ray_placement import RayPlacement, node_views
 from systems.launch.placement.rules import PlacementRule, check_rules, server_demand
-from systems.launch.placement.server_host import ServerHost
+from systems.launch.placement.server_host import ServerHost, remove_orphaned_folders
 from systems.launch.ports import LOOPBACK
 
 
@@ -169,3 +170,17 @@ def test_ray_placement_without_an_address_or_a_head_says_so(monkeypatch: pytest.
 def test_make_placement_is_local_by_default() -> None:
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(VllmEngineConfig), {"name": "vllm"}))
     assert isinstance(make_placement(cfg), LocalPlacement)
+
+
+def test_folders_of_actors_that_died_without_cleaning_up_are_removed(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / "dep1" / "d0").mkdir(parents=True)
+    (tmp_path / "dep1" / "d0" / ".owner").write_text(f"{dead.pid} 1")
+    host = ServerHost("p0", str(tmp_path / "dep2" / "p0"))  # a live owner: this process
+    try:
+        assert not (tmp_path / "dep1").exists()  # removed when the new actor started, its empty parent too
+        assert remove_orphaned_folders(tmp_path) == [] and (tmp_path / "dep2" / "p0").is_dir()
+    finally:
+        host.cleanup()
+    assert not (tmp_path / "dep2").exists()

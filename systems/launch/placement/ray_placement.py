@@ -11,7 +11,8 @@ told comes from here. Files the harness reads back are copied into the job folde
 :meth:`close` copies them one last time, removes each server's folder on its node and ends the actors.
 
 Actors belong to this driver: if the harness dies, Ray ends them, and each server's supervisor, whose
-parent is its actor, takes the server's process group down with it. So does the loss of a node.
+parent is its actor, takes the server's process group down with it (the actors run with Ray's killing of a
+worker's children turned off, :data:`ACTOR_ENV`, so the supervisor lives to do it). So does the loss of a node.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ logger = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[3]
 NAMESPACE = "disagg-bench"
 BINDS = ("node_ip", "loopback")
+# Ray SIGKILLs a worker's child processes when the worker exits (Ray >= 2.x default). A server's supervisor is
+# the actor's child and must outlive it long enough to stop the server's whole process group (its parent-death
+# signal does that); killed at once, it would leave vLLM's engine core and workers orphaned. Our actors only.
+ACTOR_ENV = {"RAY_kill_child_processes_on_worker_exit": "0"}
 
 
 @dataclass
@@ -109,7 +114,7 @@ class RayPlacement:
                                                         if p]])
         logger.info("connecting to the Ray cluster at %s", self.address)
         ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, configure_logging=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+                 runtime_env={"env_vars": {"PYTHONPATH": pythonpath, **ACTOR_ENV}})
         self._connected = True
 
     def nodes(self) -> list[NodeView]:

@@ -5,7 +5,8 @@ it starts the server as a :class:`~systems.launch.processes.ManagedProcess` (own
 launch supervisor, whose parent is this actor: if the actor dies, with its node or with the harness, the
 supervisor takes the server down), watches it, stops it, and serves its files back (the log, the logs the
 harness reads facts from). Every path it is given must lie under its ``root``, a folder of its own on the
-node, removed by :meth:`ServerHost.cleanup`. It imports nothing from Ray itself but ``ray.get_gpu_ids`` /
+node, removed by :meth:`ServerHost.cleanup` (or, when its actor died without cleaning up, by the next actor
+started on that node: :func:`remove_orphaned_folders`). It imports nothing from Ray itself but ``ray.get_gpu_ids`` /
 ``ray.get_runtime_context`` (so this module can be imported, and tested, without a cluster).
 """
 
@@ -20,12 +21,32 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
+from systems.launch import procfs
 from systems.launch.ports import LOOPBACK, ensure_port_free, free_port
 from systems.launch.processes import ManagedProcess
 
 logger = logging.getLogger(__name__)
 
 READ_LIMIT = 8 << 20  # bytes returned per read call
+OWNER_FILE = ".owner"  # in each server's folder: "<actor pid> <its start time>"
+
+
+def remove_orphaned_folders(base: Path) -> list[Path]:
+    """Remove the server folders under ``base/<deployment>/<server>/`` whose actor is gone without cleaning up
+    (its harness was killed, or Ray ended it), and deployment folders left empty; returns what was removed."""
+    removed = []
+    for folder in sorted(Path(base).glob(f"*/*/{OWNER_FILE}")):
+        try:
+            pid_text, started = folder.read_text().split()
+            alive = procfs.is_running(int(pid_text), None if started == "None" else int(started))
+        except (OSError, ValueError):
+            continue
+        if not alive:
+            shutil.rmtree(folder.parent, ignore_errors=True)
+            removed.append(folder.parent)
+            with contextlib.suppress(OSError):
+                folder.parent.parent.rmdir()
+    return removed
 
 
 class ServerHost:
@@ -34,7 +55,9 @@ class ServerHost:
     def __init__(self, name: str, root: str, grace_s: float = 10.0) -> None:
         self.name = name
         self.root = Path(root)
+        remove_orphaned_folders(self.root.parent.parent)
         self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / OWNER_FILE).write_text(f"{os.getpid()} {procfs.start_time(os.getpid())}")
         self.process = ManagedProcess(name, grace_s=grace_s)
         self._ports: set[int] = set()
 
