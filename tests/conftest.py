@@ -1,7 +1,17 @@
 """Shared test fixtures: the directory holding the public traces (found like the suite finds them), and
-Hydra composition of ``conf/`` exactly as the app does it."""
+Hydra composition of ``conf/`` exactly as the app does it.
+
+Every Ray cluster the tests bring up listens on 127.0.0.1 only, and a Ray driver reaches one only with
+``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` in its environment *when it imports Ray* (Ray reads it once, at
+import; without it the driver dials the host's network address instead and retries forever). Tests in one
+process share that import, so it is set here, before any test imports Ray.
+"""
 
 from __future__ import annotations
+
+import os
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 from collections.abc import Callable, Sequence
 from pathlib import Path

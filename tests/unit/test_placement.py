@@ -184,3 +184,14 @@ def test_folders_of_actors_that_died_without_cleaning_up_are_removed(tmp_path: P
     finally:
         host.cleanup()
     assert not (tmp_path / "dep2").exists()
+
+
+def test_a_loopback_head_with_ray_imported_for_a_network_cluster_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    ray_constants = pytest.importorskip("ray._private.ray_constants")
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)  # what importing Ray without the variable gives
+    with socket.socket() as listener:  # a head that answers at the TCP level
+        listener.bind((LOOPBACK, 0))
+        listener.listen()
+        placement = RayPlacement(f"127.0.0.1:{listener.getsockname()[1]}", {})
+        with pytest.raises(DeploymentError, match="RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0"):
+            placement.connect()

@@ -109,7 +109,15 @@ class RayPlacement:
             raise DeploymentError(f"engine.placement=ray: the Ray head at {self.address} does not answer ({why}); "
                                   "start the cluster first (docs/cluster.md) or fix engine.ray_address")
         import ray
+        from ray._private import ray_constants
 
+        host = self.address.rpartition(":")[0].strip("[]")
+        if host in ("127.0.0.1", "localhost", "::1") and ray_constants.ENABLE_RAY_CLUSTER:
+            raise DeploymentError(
+                f"engine.placement=ray: the Ray head at {self.address} is on loopback, but this process imported Ray "
+                "without RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, so Ray would dial this host's network address "
+                "instead and retry forever; export the variables `python -m harness.cluster.ray_local env` prints "
+                "(it sets RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0) before starting the harness")
         pythonpath = os.pathsep.join([str(REPO_ROOT), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                                                         if p]])
         logger.info("connecting to the Ray cluster at %s", self.address)
