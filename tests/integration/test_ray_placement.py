@@ -17,6 +17,11 @@ supervisor's parent is the Ray actor that Ray started in that node's session) an
 
 No timing is tuned to one machine: waits are for conditions, with the generous bounds of the other real-process
 tests.
+
+Ray settles a driver's settings (its auth mode, whether 127.0.0.1 stays loopback) once per process, at its first
+use; an earlier test of the same pytest process that used Ray differently would make these drivers fail to
+connect. So the default run executes this module in a fresh pytest process
+(:func:`test_ray_placement_in_a_fresh_process`), where the three tests run; in the outer process they skip.
 """
 
 from __future__ import annotations
@@ -57,6 +62,20 @@ pytestmark = [
 ]
 
 REPO = Path(__file__).resolve().parents[2]
+INNER = "DISAGG_RAY_PLACEMENT_INNER"  # set in the fresh pytest process that runs the tests below
+in_fresh_process = pytest.mark.skipif(os.environ.get(INNER) != "1",
+                                      reason="runs in a fresh process: test_ray_placement_in_a_fresh_process")
+
+
+def test_ray_placement_in_a_fresh_process() -> None:
+    if os.environ.get(INNER) == "1":
+        pytest.skip("this is the fresh process")
+    env = {**os.environ, INNER: "1"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", str(Path(__file__))],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=3000)
+    print(proc.stdout[-6000:])
+    assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-3000:]
+    assert "3 passed" in proc.stdout, proc.stdout[-3000:]
 NODES = {"a": (1, {"host_a": 1}, {"hw": "h100"}), "b": (1, {"host_b": 1}, {"hw": "a100"}), "c": (1, {"host_c": 4}, {})}
 TINY = ["engine=vllm", "model=tiny_llama", "hardware=cpu_core", "slo=cpu_tiny", "engine.device=cpu",
         "system.prefill_instances=1", "system.decode_instances=1", "engine.placement=ray",
@@ -120,6 +139,7 @@ def _send(url: str, seed: int, max_tokens: int = 8, timeout_s: float = 600.0) ->
         return {"ok": False, "text": f"{type(exc).__name__}: {exc}", "instance": ""}
 
 
+@in_fresh_process
 def test_mooncake_across_three_nodes_through_the_harness(cluster: ray_local.RayCluster, tmp_path: Path) -> None:
     overrides = ["system=mooncake", *TINY, "++engine.placement_rules.mooncake_master.resources={host_c:1}",
                  "++engine.placement_rules.pool_node.resources={host_c:1}", "engine.kv_pool.segment_size=64MB",
@@ -144,6 +164,7 @@ def test_mooncake_across_three_nodes_through_the_harness(cluster: ray_local.RayC
     assert not _job_processes(f"/tmp/disagg-servers-{os.getuid()}/"), "servers left running after the run"
 
 
+@in_fresh_process
 def test_a_deployment_that_does_not_fit_is_refused_before_anything_starts(
         cluster: ray_local.RayCluster, driver_env: dict[str, str], tmp_path: Path) -> None:
     cfg = validate(compose_config(["system=distserve", *TINY, "++engine.placement_rules.decode.labels={hw:b200}",
@@ -157,6 +178,7 @@ def test_a_deployment_that_does_not_fit_is_refused_before_anything_starts(
 
 
 # last: it loses node b for good
+@in_fresh_process
 def test_pd_across_nodes_serves_then_losing_the_decode_node_fails_cleanly(
         cluster: ray_local.RayCluster, driver_env: dict[str, str], tmp_path: Path) -> None:
     cfg = validate(compose_config(["system=distserve", *TINY, "engine.load.warmup_requests=0",
