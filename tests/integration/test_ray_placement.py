@@ -199,10 +199,16 @@ def test_pd_across_nodes_serves_then_losing_the_decode_node_fails_cleanly(
                 assert placed["processes"][name], name
             results = [_send(dep.router_url, seed) for seed in range(3)]
             assert all(r["ok"] for r in results), results
-            dep.placement.sync()
+            routed = dep.run_dir / "router_requests.jsonl"
+            deadline = time.monotonic() + 60  # the router logs a request just after its response ends
+            while True:
+                dep.placement.sync()  # copies the router's log from node c as it grows
+                if len(routed.read_text().splitlines()) >= 3 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert len(routed.read_text().splitlines()) >= 3
             transfers = (dep.run_dir / "kv_transfers.jsonl").read_text().splitlines()
             assert len(transfers) >= 3  # p0 (node a) handed each request's KV cache to d0 (node b)
-            assert len((dep.run_dir / "router_requests.jsonl").read_text().splitlines()) >= 3
             assert "Starting vLLM server" in (dep.run_dir / "d0" / "server.log").read_text()
             d0_pids = [p["pid"] for p in placed["processes"]["d0"]]
 
