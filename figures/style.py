@@ -10,10 +10,18 @@ registers the map); the figures that draw with seaborn import it themselves.
 
 Both files are written atomically (:func:`harness.atomic_files.write_atomically`: a temporary name in
 the same folder, fsynced, then ``os.replace``), so a redraw that fails or is killed never leaves a
-half-written PNG or CSV, nor a figure beside the data of another run."""
+half-written PNG or CSV, nor a figure beside the data of another run.
+
+Importing this module does not import pyplot (its ``plt`` is imported on first use): a figure made with
+:func:`new_figure` (a plain ``Figure`` on the Agg canvas) needs none, which saves a single run's figure
+(:mod:`figures.serving`) the pyplot import and its backend set-up. ``save_figure(..., tight=False)`` draws
+the figure once, for figures laid out beforehand (:mod:`figures.row_layout`); its data may be a
+:class:`figures.csv_table.CsvTable` (written as ``DataFrame.to_csv(index=False)`` would), so that path
+needs no pandas either."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,16 +30,29 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.colors as mcolors  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
 from cycler import cycler  # noqa: E402
 
+from figures.csv_table import CsvTable  # noqa: E402
 from harness.atomic_files import write_atomically  # noqa: E402
 from harness.result_files import FIGURES_DIR  # noqa: E402
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
+    from matplotlib.figure import Figure
 
-__all__ = ["COLORBLIND", "THEME_CONTEXT", "THEME_STYLE", "apply_theme", "plt", "save_figure"]
+__all__ = ["COLORBLIND", "SAVE_DPI", "THEME_CONTEXT", "THEME_STYLE", "apply_theme", "new_figure", "save_figure"]
+
+SAVE_DPI = 150  # every figure's PNG
+
+
+def __getattr__(name: str) -> Any:
+    """``plt`` (``matplotlib.pyplot``), imported when first asked for (with the Agg backend set above)."""
+    if name == "plt":
+        import matplotlib.pyplot as plt
+
+        return plt
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # seaborn.axes_style("whitegrid", rc={"font.family": "sans-serif"}) (seaborn 0.13)
 THEME_STYLE: dict[str, Any] = {
@@ -75,15 +96,43 @@ def apply_theme() -> None:
         mcolors.colorConverter.colors[code] = mcolors.to_rgb(color)
 
 
-def save_figure(fig: plt.Figure, data: pd.DataFrame, job_dir: Path, name: str, folder: str = FIGURES_DIR) -> list[Path]:
+def new_figure(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float]) -> tuple[Figure, np.ndarray]:
+    """A figure on the Agg canvas at the PNG's resolution, and its ``nrows`` x ``ncols`` axes (a 2-D array),
+    without pyplot: nothing registers it, so nothing needs closing, and text measured before drawing
+    (:mod:`figures.row_layout`) is measured as it is drawn."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize, dpi=SAVE_DPI)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(nrows, ncols, squeeze=False)
+
+
+def _write_data(data: pd.DataFrame | CsvTable, path: Path) -> None:
+    if isinstance(data, CsvTable):
+        data.write_csv(path)
+    else:
+        data.to_csv(path, index=False)
+
+
+def _close(fig: Figure) -> None:
+    pyplot = sys.modules.get("matplotlib.pyplot")  # a figure pyplot made is registered there; no other is
+    if pyplot is not None:
+        pyplot.close(fig)
+
+
+def save_figure(fig: Figure, data: pd.DataFrame | CsvTable, job_dir: Path, name: str, folder: str = FIGURES_DIR,
+                *, tight: bool = True) -> list[Path]:
     """Write ``<job>/<folder>/<name>.png`` and ``<name>.csv`` (the plotted data; ``folder`` defaults to
-    ``figures``); return both paths."""
+    ``figures``); return both paths. ``tight`` crops the PNG to what is drawn (``bbox_inches="tight"``, which
+    draws the figure an extra time); ``tight=False`` saves the figure as laid out, drawing it once."""
     out = Path(job_dir) / folder
     out.mkdir(parents=True, exist_ok=True)
     png, csv = out / f"{name}.png", out / f"{name}.csv"
+    bbox = "tight" if tight else None
     try:
-        write_atomically(png, lambda tmp: fig.savefig(tmp, format="png", dpi=150, bbox_inches="tight"))
+        write_atomically(png, lambda tmp: fig.savefig(tmp, format="png", dpi=SAVE_DPI, bbox_inches=bbox))
     finally:
-        plt.close(fig)
-    write_atomically(csv, lambda tmp: data.to_csv(tmp, index=False))
+        _close(fig)
+    write_atomically(csv, lambda tmp: _write_data(data, tmp))
     return [png, csv]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import provenance
 from harness.config import Config, validate
+from harness.figure_worker import FigureWorker
 from harness.folder_guard import FolderInUse, guard_folder
 from harness.jobs import JobResult, LazyRunner
 from harness.records import RunSummary
@@ -38,7 +40,6 @@ from harness.result_files import CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE
 from harness.results import RunFolder
 from harness.sweep.config_hash import config_hash
 from harness.sweep.resume import RERUN_STATES, JobState, conflict_message, folder_state
-from harness.tracking import publish
 from systems.launch.processes import Terminated, sigterm_as_exception
 
 log = logging.getLogger(__name__)
@@ -176,15 +177,36 @@ def _fail(summary: RunSummary, ctx: JobContext, reason: str) -> RunSummary:
     return summary
 
 
-def _render_figures(ctx: JobContext, typed: Config) -> list[Path]:
-    """The job's figures, drawn from its tables; none with ``figures=false`` (matplotlib is then not imported)."""
+def _figure_worker(typed: Config) -> FigureWorker | None:
+    """The job's figure process, started (its imports overlap the job); None with ``figures=false``."""
     if not typed.figures:
+        return None
+    from figures.render import FIGURES_BY_KIND
+
+    worker = FigureWorker(typed.job)
+    if FIGURES_BY_KIND.get(typed.job) or typed.job == "sim_study":  # else nothing to draw: no process
+        worker.start()
+    return worker
+
+
+def _render_figures(ctx: JobContext, typed: Config, worker: FigureWorker | None) -> list[Path]:
+    """The job's figures, drawn from its tables; none with ``figures=false`` (matplotlib is then not imported)."""
+    if worker is None:
         log.info("figures=false: no figures drawn (python -m figures --results-dir %s draws them)",
                  ctx.folder.path.parent)
         return []
-    from figures.render import render_job
+    return worker.render(ctx.folder.path)
 
-    return render_job(ctx.folder.path, typed.job)
+
+def _publish(typed: Config, summary: RunSummary, resolved: dict[str, Any], ctx: JobContext, result: JobResult,
+             figure_paths: list[Path]) -> None:
+    """Hand the finished job to its tracker (which redacts). ``logger=none`` publishes nothing, so the
+    tracking package (and the pandas its tables need) is imported only for a real tracker."""
+    if typed.logger.name == "none":
+        return
+    from harness.tracking import publish
+
+    publish(typed.logger, summary, resolved, ctx.folder, result.tables, figure_paths)
 
 
 def _run_job(cfg: DictConfig, ctx: JobContext, digest: str) -> RunSummary:
@@ -199,8 +221,9 @@ def _run_job(cfg: DictConfig, ctx: JobContext, digest: str) -> RunSummary:
     ctx.folder.write_summary(summary)
     try:
         typed = validate(cfg)
-        result = JOB_RUNNERS[typed.job](typed, ctx.folder)
-        figure_paths = _render_figures(ctx, typed)
+        with _figure_worker(typed) or nullcontext() as worker:
+            result = JOB_RUNNERS[typed.job](typed, ctx.folder)
+            figure_paths = _render_figures(ctx, typed, worker)
         files = {**summary.files, **result.files,
                  **{figure_key(p): str(p.relative_to(ctx.folder.path)) for p in figure_paths}}
         summary = dataclasses.replace(summary, status="ok", finished_at=_now(), metrics=result.metrics,
@@ -212,7 +235,7 @@ def _run_job(cfg: DictConfig, ctx: JobContext, digest: str) -> RunSummary:
     for name, path in summary.files.items():
         log.info("%s: %s", name, ctx.folder.file(path))
     try:
-        publish(typed.logger, summary, resolved, ctx.folder, result.tables, figure_paths)  # the tracker redacts
+        _publish(typed, summary, resolved, ctx, result, figure_paths)
     except BaseException as exc:
         _fail(summary, ctx, f"publish to {typed.logger.name} failed: {failure_reason(exc)}; the results in this "
                             "folder are complete but were not published")

@@ -14,13 +14,15 @@ import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
-import pandas as pd
 
 from harness.records import RequestRecord, RequestStatus
 from harness.slo import BOUND_KEYS, SLOConfig
+
+if TYPE_CHECKING:  # request_frame imports pandas when called; the summary needs none
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -246,10 +248,7 @@ def extract_columns(records: Iterable[RequestRecord] | RecordColumns) -> RecordC
     }
 
     extras = list(map(operator.attrgetter("extra"), records))
-    extra_keys: dict[str, None] = {}
-    for e in extras:
-        if e:
-            extra_keys.update(dict.fromkeys(e))
+    extra_keys = dict.fromkeys(itertools.chain.from_iterable(extras))  # every key, in order of first appearance
     try:  # every record has every key (the simulator's records)
         extra = {key: list(map(operator.itemgetter(key), extras)) for key in extra_keys}
     except KeyError:
@@ -258,6 +257,8 @@ def extract_columns(records: Iterable[RequestRecord] | RecordColumns) -> RecordC
 
 
 def _frame(ex: RecordColumns) -> pd.DataFrame:
+    import pandas as pd
+
     data: dict[str, Any] = dict(ex.columns)
     for key, values in ex.extra.items():
         data[f"extra_{key}"] = values
@@ -285,14 +286,15 @@ def token_intervals_ms(records: Iterable[RequestRecord], ok_only: bool = True) -
 # --------------------------------------------------------------------------------------------------
 
 
-def slo_mask(frame: pd.DataFrame, slo: SLOConfig) -> np.ndarray:
+def slo_mask(frame: pd.DataFrame | Mapping[str, np.ndarray], slo: SLOConfig) -> np.ndarray:
     """Boolean array over ``frame`` rows: True where the request meets every configured bound of ``slo``.
+    ``frame`` is a :func:`request_frame` or its columns as arrays (:attr:`RecordColumns.columns`).
 
     Only ``ok`` requests can meet an SLO. A bound holds when ``value <= bound``; an undefined (NaN)
     value violates it, except ``tpot_ms``/``tbt_ms`` of a request with ``n_out <= 1``, which has no
     inter-token interval and meets those bounds vacuously.
     """
-    return _slo_mask({key: frame[key].to_numpy() for key in ("status", "n_out", *BOUND_KEYS) if key in frame}, slo)
+    return _slo_mask({key: np.asarray(frame[key]) for key in ("status", "n_out", *BOUND_KEYS) if key in frame}, slo)
 
 
 def _slo_mask(columns: Mapping[str, np.ndarray], slo: SLOConfig) -> np.ndarray:

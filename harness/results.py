@@ -1,5 +1,8 @@
 """Run folders: atomic writes of config, tables, per-request records and ``summary.json``.
 
+Tables are :class:`harness.tables.Table`s (written without pandas, as pandas would write them) or pandas
+DataFrames; the requests table is :func:`records_table` (:func:`records_frame` as a DataFrame).
+
 Every file is written to a temporary name in the same folder, flushed to disk (``fsync``) and moved
 into place with ``os.replace``, after which the folder itself is synced: a reader, a crash or a power
 loss never sees a half-written file, and a ``summary.json`` only says ``ok`` once everything it points to
@@ -13,17 +16,20 @@ import itertools
 import json
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
-import pandas as pd
 
 from harness.atomic_files import write_atomically
 from harness.records import RequestRecord, RequestStatus, RunSummary
 from harness.redaction import redact
 from harness.result_files import REQUESTS_FILE, SUMMARY_FILE
+from harness.tables import FloatLists, Table
+
+if TYPE_CHECKING:  # pandas is imported by the functions that make or read a DataFrame, when called
+    import pandas as pd
 
 _RECORD_FIELDS = [f.name for f in dataclasses.fields(RequestRecord)]
 
@@ -70,13 +76,14 @@ def _chunk_column(chunks: Sequence[tuple[float, ...]], flat: Optional[np.ndarray
 
 
 def _float_texts(values: list[float], array: np.ndarray) -> list[str]:
-    """``repr`` of each float (``array``: the same as float64), computed once per distinct value when most
-    repeat (0.0 and -0.0 compare equal but print differently: with a -0.0 among them, each is printed)."""
-    distinct = dict.fromkeys(values)
-    if 2 * len(distinct) > len(values) or np.signbit(array[array == 0.0]).any():
+    """``repr`` of each float (``array``: the same as float64, all finite), computed once per distinct value
+    when most repeat (0.0 and -0.0 compare equal but print differently: with a -0.0 among them, each is
+    printed)."""
+    distinct, inverse = np.unique(array, return_inverse=True)
+    if 2 * distinct.size > len(values) or np.signbit(array[array == 0.0]).any():
         return list(map(float.__repr__, values))
-    text = {v: float.__repr__(v) for v in distinct}
-    return list(map(text.__getitem__, values))
+    texts = list(map(float.__repr__, distinct.tolist()))
+    return list(map(texts.__getitem__, inverse.tolist()))
 
 
 def _json_values(values: list[Any]) -> Optional[list[str]]:
@@ -90,35 +97,79 @@ def _json_values(values: list[Any]) -> Optional[list[str]]:
     return None
 
 
-def _extra_column(extras: Sequence[dict[str, Any]]) -> list[str]:
+def _extra_column(extras: Sequence[dict[str, Any]], gathered: Optional[Mapping[str, list[Any]]] = None) -> list[str]:
     """``json.dumps(extra, sort_keys=True)`` of every record; built column by column when every record has
-    the same keys holding plain numbers (the simulator's), character for character the same."""
+    the same keys holding plain numbers (the simulator's), character for character the same. ``gathered``:
+    each key's values over the records (:attr:`harness.metrics.RecordColumns.extra`), when the caller has them."""
     keys = sorted(extras[0]) if extras else []
     if extras and all(isinstance(k, str) for k in keys) and all(e.keys() == extras[0].keys() for e in extras):
-        values = [_json_values([e[k] for e in extras]) for k in keys]
+        if gathered is None or gathered.keys() != extras[0].keys() or \
+                any(len(v) != len(extras) for v in gathered.values()):
+            gathered = {k: [e[k] for e in extras] for k in keys}
+        values = [_json_values(gathered[k]) for k in keys]
         if all(v is not None for v in values):
             if not keys:
                 return ["{}"] * len(extras)
-            template = "{{" + ", ".join(json.dumps(k).replace("{", "{{").replace("}", "}}") + ": {}"
-                                        for k in keys) + "}}"
-            return list(map(template.format, *values))
+            # "{" key0 ": " text0 ", " key1 ": " text1 ... "}", joined row by row
+            pieces: list[Any] = []
+            for i, (key, texts) in enumerate(zip(keys, values, strict=True)):
+                pieces += [itertools.repeat(("{" if i == 0 else ", ") + json.dumps(key) + ": "), texts]
+            pieces.append(itertools.repeat("}"))
+            return list(map("".join, zip(*pieces, strict=False)))  # the repeats end with the texts
     encoder = json.JSONEncoder(sort_keys=True)
     return [encoder.encode(e) for e in extras]
+
+
+def _record_columns(records: Sequence[RequestRecord],
+                    extra: Optional[Mapping[str, list[Any]]] = None) -> dict[str, list[Any]]:
+    """Every field of the records as a list (``status`` as its string value, ``extra`` as JSON text)."""
+    columns: dict[str, Any] = {name: list(map(operator.attrgetter(name), records)) for name in _RECORD_FIELDS}
+    columns["status"] = list(map(str, columns["status"]))
+    columns["extra"] = _extra_column(columns["extra"], extra)
+    return columns
 
 
 def records_frame(records: Sequence[RequestRecord], chunk_times_s: Optional[np.ndarray] = None) -> pd.DataFrame:
     """Column-wise conversion of records into a DataFrame (one row per request). ``chunk_times_s``: every
     record's chunk times end to end (:attr:`harness.metrics.RecordColumns.chunk_times_s`), when the caller
     has them; it saves gathering them again."""
-    columns: dict[str, Any] = {name: list(map(operator.attrgetter(name), records)) for name in _RECORD_FIELDS}
-    columns["status"] = list(map(str, columns["status"]))
+    import pandas as pd
+
+    columns = _record_columns(records)
     columns["chunk_times_s"] = _chunk_column(columns["chunk_times_s"], chunk_times_s)
-    columns["extra"] = _extra_column(columns["extra"])
     return pd.DataFrame(columns, columns=_RECORD_FIELDS)
+
+
+def _float_lists(chunks: Sequence[tuple[float, ...]], flat: Optional[np.ndarray] = None) -> Optional[FloatLists]:
+    """The chunk times as :class:`~harness.tables.FloatLists` when :func:`_chunk_column` makes them float
+    arrays (else None: they stay lists)."""
+    lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
+    offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1])
+    if not total or any(type(c[0]) is not float for c in chunks if c):
+        return None
+    if flat is None or flat.size != total:
+        flat = np.fromiter(itertools.chain.from_iterable(chunks), dtype=np.float64, count=total)
+    return FloatLists(flat, offsets)
+
+
+def records_table(records: Sequence[RequestRecord], chunk_times_s: Optional[np.ndarray] = None,
+                  extra: Optional[Mapping[str, list[Any]]] = None) -> Table:
+    """The records as a :class:`~harness.tables.Table` (one row per request), written as
+    :func:`records_frame` would be, without pandas. ``chunk_times_s`` (as for :func:`records_frame`) and
+    ``extra`` (each ``extra`` key's values, :attr:`harness.metrics.RecordColumns.extra`): what the caller
+    has already gathered from the records."""
+    columns = _record_columns(records, extra)
+    lists = _float_lists(columns["chunk_times_s"], chunk_times_s)
+    columns["chunk_times_s"] = lists if lists is not None else [list(c) for c in columns["chunk_times_s"]]
+    return Table.from_columns(columns, frame=lambda: records_frame(records, chunk_times_s))
 
 
 def load_records(path: Path) -> list[RequestRecord]:
     """Read ``requests.parquet`` back into ``RequestRecord``s."""
+    import pandas as pd
+
     frame = pd.read_parquet(path)
     missing = [name for name in _RECORD_FIELDS if name not in frame.columns]
     if missing:
@@ -152,16 +203,26 @@ class RunFolder:
     def write_json(self, name: str, obj: Any) -> Path:
         return self.write_text(name, json.dumps(_json_safe(obj), indent=2, sort_keys=False) + "\n")
 
-    def write_table(self, name: str, frame: pd.DataFrame) -> Path:
-        """Write a table as parquet (``.parquet``) or CSV (``.csv``), atomically."""
+    def write_table(self, name: str, table: Table | pd.DataFrame) -> Path:
+        """Write a table (a :class:`~harness.tables.Table` or a DataFrame) as parquet (``.parquet``) or CSV
+        (``.csv``), atomically; a ``Table`` gives the file its DataFrame would."""
         if name.endswith(".parquet"):
-            return _atomic_write(self.path / name, lambda tmp: frame.to_parquet(tmp, index=False))
-        if name.endswith(".csv"):
-            return _atomic_write(self.path / name, lambda tmp: frame.to_csv(tmp, index=False))
-        raise ValueError(f"table name must end in .parquet or .csv, got {name!r}")
+            write = table.write_parquet if isinstance(table, Table) else \
+                (lambda tmp: table.to_parquet(tmp, index=False))
+        elif name.endswith(".csv"):
+            write = table.write_csv if isinstance(table, Table) else (lambda tmp: table.to_csv(tmp, index=False))
+        else:
+            raise ValueError(f"table name must end in .parquet or .csv, got {name!r}")
+        return _atomic_write(self.path / name, write)
+
+    def write_point_rows(self, name: str, points: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]) -> Path:
+        """Write every point's rows (dicts) as one table, a ``point`` column first: the file of ``pd.concat``
+        over the points of ``pd.DataFrame(rows)`` with ``point`` inserted first (built without pandas)."""
+        return self.write_table(name, Table.concat([Table.from_rows(rows).insert(0, "point", point)
+                                                    for point, rows in points]))
 
     def write_records(self, records: Sequence[RequestRecord]) -> Path:
-        return self.write_table(REQUESTS_FILE, records_frame(records))
+        return self.write_table(REQUESTS_FILE, records_table(records))
 
     def write_summary(self, summary: RunSummary) -> Path:
         """Write ``summary.json`` with secrets redacted (overrides, choices, metrics, reason ...)."""

@@ -19,8 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
-
 from harness.config import Config
 from harness.engines import open_deployment
 from harness.host_capacity import MeasuredCapacity, check_capacity_sizing, measure_capacity, sized_points
@@ -29,7 +27,8 @@ from harness.jobs import JobResult
 from harness.metrics import RecordColumns, extract_columns, request_frame, summarize
 from harness.prompts import fit_to_context, predicted_prefix_hit_rate
 from harness.result_files import POINTS_FILE, REQUESTS_FILE
-from harness.results import RunFolder, records_frame
+from harness.results import RunFolder, records_table
+from harness.tables import Table
 from harness.validity import assess_validity
 from systems.contract import Deployment, EngineResult
 from workloads.base import WorkloadRequests
@@ -70,11 +69,11 @@ def _prepare(requests: WorkloadRequests, deployment: Deployment, cfg: Config) ->
 
 
 def _point_frame(index: int, rate: float | None, result: EngineResult,
-                 columns: RecordColumns | None = None) -> pd.DataFrame:
-    frame = records_frame(result.records, None if columns is None else columns.chunk_times_s)
-    frame.insert(0, "point", index)
-    frame.insert(1, "rate_rps", rate)
-    return frame
+                 columns: RecordColumns | None = None) -> Table:
+    """The point's rows of ``requests.parquet``: its records after a ``point`` and a ``rate_rps`` column."""
+    table = records_table(result.records, None if columns is None else columns.chunk_times_s,
+                          None if columns is None else columns.extra)
+    return table.insert(0, "point", index).insert(1, "rate_rps", rate)
 
 
 def _host_columns(validity: dict[str, Any]) -> dict[str, Any]:
@@ -134,7 +133,7 @@ def run_serve(cfg: Config, folder: RunFolder,
     (:mod:`harness.host_capacity`). ``served``, when given, receives every :class:`ServedPoint`."""
     check_capacity_sizing(cfg)
     points = build_point_requests(cfg) if point_requests is None else point_requests
-    frames: list[pd.DataFrame] = []
+    frames: list[Table] = []
     rows: list[dict[str, Any]] = []
     validities: list[dict[str, Any]] = []
     workload_stats: dict[str, Any] = {}
@@ -161,10 +160,9 @@ def run_serve(cfg: Config, folder: RunFolder,
                 deployment.check_health()
         finally:
             if frames:  # keep what was measured, even when a component died mid-run
-                folder.write_table(REQUESTS_FILE, pd.concat(frames, ignore_index=True))
-                folder.write_table(POINTS_FILE, pd.DataFrame(rows))
-    points_frame = pd.DataFrame(rows)
-    published = cfg.logger.name != "none"  # the per-request table is built only for a tracker to publish
+                folder.write_table(REQUESTS_FILE, Table.concat(frames))
+                folder.write_table(POINTS_FILE, Table.from_rows(rows))
+    published = cfg.logger.name != "none"  # DataFrames (and pandas) only for a tracker to publish
     if len(rows) == 1:
         metrics_out: dict[str, Any] = dict(rows[0])
         validity_out = validities[0]
@@ -174,7 +172,7 @@ def run_serve(cfg: Config, folder: RunFolder,
         validity_out = {"valid": all(v["valid"] for v in validities),
                         "reasons": [f"point {i}: {r}" for i, v in enumerate(validities) for r in v["reasons"]],
                         "points": validities}
-        tables = {"points": points_frame}
+        tables = {"points": Table.from_rows(rows).to_pandas()} if published else {}
     if capacity is not None:
         metrics_out = {**metrics_out, **capacity.as_row()}
     return JobResult(metrics=metrics_out, validity=validity_out, workload=workload_stats,

@@ -170,11 +170,18 @@ def quantile_bounds(records: Sequence[RequestRecord] | RecordColumns, quantiles:
 # --- the run's schedule ----------------------------------------------------------------------------------
 
 
-def scheduled_duration_s(records: Iterable[RequestRecord]) -> Optional[float]:
-    """First to last scheduled arrival of the records (seconds); None without any scheduled arrival."""
-    arrivals = np.array([r.arrival_s for r in records], dtype=float)
+def _arrivals(records: Iterable[RequestRecord]) -> np.ndarray:
+    return np.array([r.arrival_s for r in records], dtype=float)
+
+
+def _scheduled_duration_s(arrivals: np.ndarray) -> Optional[float]:
     arrivals = arrivals[np.isfinite(arrivals)]
     return float(arrivals.max() - arrivals.min()) if arrivals.size else None
+
+
+def scheduled_duration_s(records: Iterable[RequestRecord]) -> Optional[float]:
+    """First to last scheduled arrival of the records (seconds); None without any scheduled arrival."""
+    return _scheduled_duration_s(_arrivals(records))
 
 
 def achieved_issue_rate_rps(records: Iterable[RequestRecord]) -> Optional[float]:
@@ -185,8 +192,7 @@ def achieved_issue_rate_rps(records: Iterable[RequestRecord]) -> Optional[float]
     return (sent.size - 1) / span if span > 0 else None
 
 
-def _scheduled_rate_rps(records: Sequence[RequestRecord]) -> Optional[float]:
-    arrivals = np.array([r.arrival_s for r in records], dtype=float)
+def _scheduled_rate_rps(arrivals: np.ndarray) -> Optional[float]:
     arrivals = arrivals[np.isfinite(arrivals)]
     span = float(arrivals.max() - arrivals.min()) if arrivals.size >= 2 else 0.0
     return (arrivals.size - 1) / span if span > 0 else None
@@ -347,10 +353,11 @@ def assess_validity(
     n_issued = int(metrics.get("n_issued", len(recs)))
     error_rate: Optional[float] = metrics.get("error_rate", n_failed / len(recs) if recs else None)
     unfinished_rate = n_unfinished / n_issued if n_issued else None
-    duration_s = scheduled_duration_s(recs)
+    arrivals = columns.columns["arrival_s"] if columns is not None else _arrivals(recs)
+    duration_s = _scheduled_duration_s(arrivals)
     achieved = metrics["achieved_issue_rate_rps"] if "achieved_issue_rate_rps" in metrics \
         else achieved_issue_rate_rps(recs)
-    offered = _scheduled_rate_rps(recs) if offered_rate_rps is None else offered_rate_rps
+    offered = _scheduled_rate_rps(arrivals) if offered_rate_rps is None else offered_rate_rps
     offered = offered if offered is not None and math.isfinite(offered) and offered > 0 else None
     shortfall = None
     if offered is not None:  # nothing (or one request) sent at an open-loop rate: all of it is missing

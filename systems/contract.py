@@ -11,11 +11,10 @@ This module imports nothing from the factory, the harness's jobs or any deployme
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol
-
-import pandas as pd
 
 from harness.errors import UserError
 from harness.records import RequestRecord
@@ -43,7 +42,14 @@ class JobFolder(Protocol):
     @property
     def path(self) -> Path: ...
 
-    def write_table(self, name: str, frame: pd.DataFrame) -> Path: ...
+    def write_table(self, name: str, table: Any) -> Path:
+        """Write a table (a ``harness.tables.Table`` or a pandas DataFrame) as ``name`` (.parquet or .csv)."""
+        ...
+
+    def write_point_rows(self, name: str, points: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]) -> Path:
+        """Write every point's rows (dicts) as one table, a ``point`` column first: the file of
+        ``pd.concat`` over the points of ``pd.DataFrame(rows)`` with ``point`` inserted first."""
+        ...
 
 
 class SLOBounds(Protocol):

@@ -7,7 +7,9 @@ In one run, taking turns ``--repeats`` times, it times three processes from exec
 (a) ours, as shipped: ``python -m harness <case (c) of harness.bench.sim_bench>``, the Azure conversation hour
     (19,366 requests) on a vLLM-style baseline of 4 DGX-H100 (Llama-2-70B, TP 8, splitwise-sim's profile):
     Hydra composition, trace loading, simulation, ``requests.parquet``, ``points.csv``, ``load.csv``, the
-    summary and the figure (``figures/latency_vs_rate.png`` and its CSV), into a temporary results folder;
+    summary and the figure (``figures/latency_vs_rate.png`` and its CSV, drawn by the figure process that
+    :mod:`harness.figure_worker` starts with the job: its CPU time counts, as the process's child), into a
+    temporary results folder;
 (a') ours, the same work as the peer: the same command with ``figures=false``, everything of (a) but the
     figure (the peer draws none; ``python -m figures`` can draw it later from the tables);
 (b) splitwise-sim's whole process on the same requests (the ones our run simulates, capped to the model's
@@ -75,7 +77,8 @@ STAGES = (
     ("summary, validity", "harness.serve_job", "request_frame"),
     ("tables (parquet, csv)", "harness.serve_job", "_point_frame"),
     ("tables (parquet, csv)", "harness.results", "RunFolder.write_table"),
-    ("figures (import and draw)", "figures.render", "render_job"),
+    # the figure process (harness.figure_worker) imports while the job runs: this is the wait for its answer
+    ("figures (wait for the figure process)", "harness.figure_worker", "FigureWorker.render"),
 )
 
 

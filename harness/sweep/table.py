@@ -14,14 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Optional
 
 from harness.redaction import redact
 from harness.result_files import REFUSED_FILE, SWEEP_TABLE_FILE
 from harness.sweep.plan import PlannedJob
 from harness.sweep.resume import read_summary
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SWEEP_TABLE = SWEEP_TABLE_FILE
 FIXED_COLUMNS = ("folder", "status", "resumed", "reason", "config_hash")
@@ -105,6 +106,8 @@ def _relative(folder: Path, root: Path) -> str:
 def sweep_table(jobs: Sequence[PlannedJob], sweep_dir: Path, since: Optional[datetime] = None) -> pd.DataFrame:
     """Every job's rows, in the sweep's order."""
     rows = [row for job in jobs for row in job_rows(job, sweep_dir, since)]
+    import pandas as pd  # here, not at the top: every run creates the sweep callback that imports this module
+
     table = pd.DataFrame(rows)
     keys = [c for c in FIXED_COLUMNS if c in table.columns]
     return table[keys + [c for c in table.columns if c not in keys]]

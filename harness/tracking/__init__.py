@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from harness.config import LoggerConfig
 from harness.records import RunSummary
 from harness.results import RunFolder
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def publish(logger_cfg: LoggerConfig, summary: RunSummary, config: Mapping[str, Any], folder: RunFolder,

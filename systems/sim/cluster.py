@@ -352,6 +352,17 @@ class Cluster(InstanceHooks):
     # -- the run ----------------------------------------------------------------------------------
     def run(self, specs: Sequence[RequestSpec], progress: bool = False) -> SimRun:
         """Simulate ``specs`` (arrivals at ``spec.arrival_s``) to completion."""
+        # the run allocates millions of small objects that live to the end (from the per-request state on): the
+        # cyclic collector would rescan all of them again and again (cost growing with run length) finding nothing
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run(specs, progress)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+    def _run(self, specs: Sequence[RequestSpec], progress: bool) -> SimRun:
         block_sizes = {s.block_size for s in specs}
         self._size_caches(max(block_sizes) if block_sizes else 512)
         self.requests = [SimRequest(s, request_keys(s) if self.setup.prefix_caching or self.has_pool else ())
@@ -381,15 +392,7 @@ class Cluster(InstanceHooks):
             if bar is not None:
                 bar.update(self._done - bar.n)
 
-        # the run allocates millions of small objects that live to the end: the cyclic collector would
-        # rescan all of them again and again (cost growing with run length) while finding nothing
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            self.loop.run(on_progress=on_progress if bar is not None else None)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
+        self.loop.run(on_progress=on_progress if bar is not None else None)
         if bar is not None:
             bar.update(self._done - bar.n)
             bar.close()

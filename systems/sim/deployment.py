@@ -18,8 +18,6 @@ import logging
 import time
 from typing import Any
 
-import pandas as pd
-
 from harness.result_files import LOAD_FILE
 from systems.contract import DeploymentConfig, EngineResult, JobFolder
 from systems.sim.perf.profile_file import check_coverage
@@ -42,7 +40,7 @@ class SimDeployment:
         self.cluster = SimulatedCluster(cfg)
         self.kv_block_size = int(cfg.workload.block_size)
         self._points = 0
-        self._load_frames: list[pd.DataFrame] = []
+        self._load_rows: list[tuple[int, list[dict[str, Any]]]] = []  # (point, its load samples): load.csv
 
     def __enter__(self) -> SimDeployment:
         return self
@@ -66,10 +64,8 @@ class SimDeployment:
         log.info("simulated %d requests (%.0f s of cluster time, %d events) in %.2f s wall", len(records),
                  run.info["simulated_s"], run.info["events"], wall)
         if run.load_samples:
-            frame = pd.DataFrame(run.load_samples)
-            frame.insert(0, "point", self._points)
-            self._load_frames.append(frame)
-            folder.write_table(LOAD_FILE, pd.concat(self._load_frames, ignore_index=True))
+            self._load_rows.append((self._points, run.load_samples))
+            folder.write_point_rows(LOAD_FILE, self._load_rows)
         self._points += 1
         return EngineResult(records=records, n_gpus=setup.n_gpus, info={**run.info, "wall_s": wall})
 
