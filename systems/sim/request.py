@@ -117,7 +117,8 @@ class SimRequest:
         if self.ranges:
             for inst, first, count in self.ranges:
                 times += inst.iteration_list(first, count)  # type: ignore[attr-defined]
-            times.sort()  # already in order unless a preempted sequence was recomputed
+            if self.preemptions:  # else in order: the prefill's token, then one stretch of decode iterations
+                times.sort()
         status = self.status
         ok = status == _OK
         prefill_start = self.prefill_start_s
