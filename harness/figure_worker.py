@@ -58,7 +58,8 @@ class FigureWorker:
         proc = self._proc
         if proc is None:
             return render_job(job_dir, self.kind)
-        request = json.dumps({"job_dir": str(Path(job_dir).resolve())}) + "\n"
+        resolved = Path(job_dir).resolve()
+        request = json.dumps({"job_dir": str(resolved)}) + "\n"
         try:
             out, err = proc.communicate(request, timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
@@ -71,8 +72,8 @@ class FigureWorker:
         ok = proc.returncode == 0 and "written" in answer
         for line in err.splitlines():
             log.log(logging.DEBUG if ok else logging.WARNING, "figure process: %s", line)
-        if ok:
-            return [Path(p) for p in answer["written"]]  # type: ignore[union-attr]
+        if ok:  # the paths as render_job gives them here: under job_dir as the caller spelled it
+            return [_under(Path(job_dir), resolved, Path(p)) for p in answer["written"]]  # type: ignore[union-attr]
         if proc.returncode == EXIT_FIGURES_FAILED and "error" in answer:
             raise FigureError(answer["error"])
         raise FigureError(f"the figure process failed (exit status {proc.returncode}): {err[-STDERR_TAIL:].strip()}")
@@ -92,6 +93,13 @@ class FigureWorker:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def _under(job_dir: Path, resolved: Path, path: Path) -> Path:
+    try:
+        return job_dir / path.relative_to(resolved)
+    except ValueError:
+        return path
 
 
 def _answer(out: str) -> dict[str, object]:

@@ -56,6 +56,16 @@ def test_the_figure_process_draws_what_the_job_process_would(tmp_path):
     assert _gone(pid)
 
 
+def test_a_relative_job_folder_gives_paths_under_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _job(tmp_path, "rel")
+    with FigureWorker("serve") as worker:
+        assert worker.start()
+        written = worker.render(Path("rel"))
+    assert written == [Path("rel/figures/latency_vs_rate.png"), Path("rel/figures/latency_vs_rate.csv")]
+    assert all(p.is_file() for p in written)
+
+
 def test_a_figure_that_fails_is_a_figure_error_naming_it(tmp_path):
     job = _job(tmp_path, "bad", POINTS + "2,3.0,2.9,1,2,3,4,5,6,7,True,,surplus,fields\n")
     with FigureWorker("serve") as worker:
