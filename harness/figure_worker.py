@@ -22,10 +22,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Optional
 
+from figures.render_worker import EXIT_FIGURES_FAILED
+
 log = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-EXIT_FIGURES_FAILED = 3  # figures.render_worker's status when figures failed (its answer names them)
 STDERR_TAIL = 4000
 
 
