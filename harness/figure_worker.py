@@ -22,8 +22,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Optional
 
-from figures.render_worker import EXIT_FIGURES_FAILED
-
 log = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +53,7 @@ class FigureWorker:
     def render(self, job_dir: Path) -> list[Path]:
         """The job's figures (``figures.render.render_job``'s result and errors), drawn by the process."""
         from figures.render import FigureError, render_job
+        from figures.render_worker import EXIT_FIGURES_FAILED
 
         proc = self._proc
         if proc is None:
