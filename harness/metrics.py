@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from harness.records import RequestRecord, RequestStatus
+from harness.records import RECORD_FIELD_COLUMNS, RecordFieldColumns, RequestRecord, RequestStatus
 from harness.slo import BOUND_KEYS, SLOConfig
 
 if TYPE_CHECKING:  # request_frame imports pandas when called; the summary needs none
@@ -204,38 +204,22 @@ def _tbt_ms(itl_ms: np.ndarray, itl_count: np.ndarray) -> np.ndarray:
     return tbt
 
 
-def extract_columns(records: Iterable[RequestRecord] | RecordColumns) -> RecordColumns:
-    """The columns of ``records`` (returned as they are when already extracted)."""
+def extract_columns(records: Iterable[RequestRecord] | RecordColumns | RecordFieldColumns) -> RecordColumns:
+    """The columns of ``records`` (returned as they are when already extracted; from their fields when an
+    engine gave them as :class:`~harness.records.RecordFieldColumns`)."""
     if isinstance(records, RecordColumns):
         return records
+    if isinstance(records, RecordFieldColumns):
+        return columns_from_fields(records.fields, records.chunk_times_s, records.n_chunks, records.extra)
     records = records if isinstance(records, list | tuple) else list(records)
-    arrival = _float_column(records, "arrival_s")
-    sent = _float_column(records, "sent_s")
-    first = _float_column(records, "first_token_s")
-    finish = _float_column(records, "finish_s")
-    n_out = _int_column(records, "n_out")
-
-    ttft = (first - arrival) * 1000.0
-    e2e = (finish - arrival) * 1000.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tpot = np.where(n_out > 1, (e2e - ttft) / np.maximum(n_out - 1, 1), np.nan)
-    times, n_chunks = _chunk_times(records)
-    itl_ms, itl_count = _intervals(times, n_chunks)
-
-    columns: dict[str, np.ndarray] = {
+    fields: dict[str, np.ndarray] = {
         "request_id": _int_column(records, "request_id"),
         "status": np.array(list(map(str, map(operator.attrgetter("status"), records))), dtype=object),
-        "arrival_s": arrival,
-        "sent_s": sent,
-        "first_token_s": first,
-        "finish_s": finish,
-        "ttft_ms": ttft,
-        "tpot_ms": tpot,
-        "e2e_ms": e2e,
-        "tbt_ms": _tbt_ms(itl_ms, itl_count),
-        "itl_count": itl_count,
-        "issue_lag_ms": (sent - arrival) * 1000.0,
-        "n_out": n_out,
+        "arrival_s": _float_column(records, "arrival_s"),
+        "sent_s": _float_column(records, "sent_s"),
+        "first_token_s": _float_column(records, "first_token_s"),
+        "finish_s": _float_column(records, "finish_s"),
+        "n_out": _int_column(records, "n_out"),
         "output_length": _int_column(records, "output_length"),
         "input_length": _int_column(records, "input_length"),
         "cached_tokens": _int_column(records, "cached_tokens"),
@@ -246,13 +230,43 @@ def extract_columns(records: Iterable[RequestRecord] | RecordColumns) -> RecordC
         "turn": _int_column(records, "turn"),
         "error": np.array(list(map(operator.attrgetter("error"), records)), dtype=object),
     }
-
+    times, n_chunks = _chunk_times(records)
     extras = list(map(operator.attrgetter("extra"), records))
     extra_keys = dict.fromkeys(itertools.chain.from_iterable(extras))  # every key, in order of first appearance
     try:  # every record has every key (the simulator's records)
         extra = {key: list(map(operator.itemgetter(key), extras)) for key in extra_keys}
     except KeyError:
         extra = {key: [e.get(key, math.nan) for e in extras] for key in extra_keys}
+    return columns_from_fields(fields, times, n_chunks, extra)
+
+
+def columns_from_fields(fields: Mapping[str, np.ndarray], times: np.ndarray, n_chunks: np.ndarray,
+                        extra: dict[str, list[Any]]) -> RecordColumns:
+    """The :class:`RecordColumns` of records given field by field (as in
+    :class:`~harness.records.RecordFieldColumns`); the per-request metrics (TTFT, TPOT, E2E, TBT, interval
+    count, issue lag) are computed here."""
+    arrival, sent, first, finish = (fields[k] for k in ("arrival_s", "sent_s", "first_token_s", "finish_s"))
+    n_out = fields["n_out"]
+    ttft = (first - arrival) * 1000.0
+    e2e = (finish - arrival) * 1000.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(n_out > 1, (e2e - ttft) / np.maximum(n_out - 1, 1), np.nan)
+    itl_ms, itl_count = _intervals(times, n_chunks)
+    columns: dict[str, np.ndarray] = {
+        "request_id": fields["request_id"],
+        "status": fields["status"],
+        "arrival_s": arrival,
+        "sent_s": sent,
+        "first_token_s": first,
+        "finish_s": finish,
+        "ttft_ms": ttft,
+        "tpot_ms": tpot,
+        "e2e_ms": e2e,
+        "tbt_ms": _tbt_ms(itl_ms, itl_count),
+        "itl_count": itl_count,
+        "issue_lag_ms": (sent - arrival) * 1000.0,
+        **{key: fields[key] for key in RECORD_FIELD_COLUMNS[6:]},
+    }
     return RecordColumns(columns, extra, itl_ms, itl_count, times, n_chunks)
 
 

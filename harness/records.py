@@ -80,6 +80,29 @@ class RequestRecord:
     extra: dict[str, float] = field(default_factory=dict)  # engine-specific numbers, e.g. kv_transfer_s
 
 
+# the fields of RequestRecord a RecordFieldColumns holds as arrays (all but chunk_times_s and extra)
+RECORD_FIELD_COLUMNS = ("request_id", "status", "arrival_s", "sent_s", "first_token_s", "finish_s", "n_out",
+                        "output_length", "input_length", "cached_tokens", "instance", "prefix_group",
+                        "shared_prefix_len", "session_id", "turn", "error")
+
+
+@dataclass(frozen=True)
+class RecordFieldColumns:
+    """Records held as columns by the engine that made them (the simulator), field by field: ``fields``
+    maps each of :data:`RECORD_FIELD_COLUMNS` to a numpy array over the records (``status`` as its string
+    value, ``status``, ``instance`` and ``error`` as object arrays, the rest float64 or int64),
+    ``chunk_times_s`` holds every record's chunk times end to end and ``n_chunks`` their count per record
+    (int64 arrays), ``extra`` each ``extra`` key's values over the records, in the records' key order."""
+
+    fields: Mapping[str, Any]
+    chunk_times_s: Any
+    n_chunks: Any
+    extra: dict[str, list[Any]]
+
+    def __len__(self) -> int:
+        return len(self.n_chunks)
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """Content of ``summary.json``: identity, provenance, outcome, metrics and validity of one job."""

@@ -1,7 +1,8 @@
 """Run folders: atomic writes of config, tables, per-request records and ``summary.json``.
 
 Tables are :class:`harness.tables.Table`s (written without pandas, as pandas would write them) or pandas
-DataFrames; the requests table is :func:`records_table` (:func:`records_frame` as a DataFrame).
+DataFrames; the requests table is :func:`records_table` (:func:`records_frame` as a DataFrame), or
+:func:`columns_table` from the records' columns when an engine gives them (the simulator).
 
 Every file is written to a temporary name in the same folder, flushed to disk (``fsync``) and moved
 into place with ``os.replace``, after which the folder itself is synced: a reader, a crash or a power
@@ -30,6 +31,8 @@ from harness.tables import FloatLists, Table
 
 if TYPE_CHECKING:  # pandas is imported by the functions that make or read a DataFrame, when called
     import pandas as pd
+
+    from harness.metrics import RecordColumns
 
 _RECORD_FIELDS = [f.name for f in dataclasses.fields(RequestRecord)]
 
@@ -106,18 +109,29 @@ def _extra_column(extras: Sequence[dict[str, Any]], gathered: Optional[Mapping[s
         if gathered is None or gathered.keys() != extras[0].keys() or \
                 any(len(v) != len(extras) for v in gathered.values()):
             gathered = {k: [e[k] for e in extras] for k in keys}
-        values = [_json_values(gathered[k]) for k in keys]
-        if all(v is not None for v in values):
-            if not keys:
-                return ["{}"] * len(extras)
-            # "{" key0 ": " text0 ", " key1 ": " text1 ... "}", joined row by row
-            pieces: list[Any] = []
-            for i, (key, texts) in enumerate(zip(keys, values, strict=True)):
-                pieces += [itertools.repeat(("{" if i == 0 else ", ") + json.dumps(key) + ": "), texts]
-            pieces.append(itertools.repeat("}"))
-            return list(map("".join, zip(*pieces, strict=False)))  # the repeats end with the texts
+        texts = _number_extra_texts(gathered, len(extras))
+        if texts is not None:
+            return texts
     encoder = json.JSONEncoder(sort_keys=True)
     return [encoder.encode(e) for e in extras]
+
+
+def _number_extra_texts(gathered: Mapping[str, list[Any]], n: int) -> Optional[list[str]]:
+    """``json.dumps(extra, sort_keys=True)`` of ``n`` records whose ``extra`` holds the keys of ``gathered``
+    (strings) and, under each, its values over the records, built column by column; None unless every
+    key's values are all finite floats or all ints."""
+    keys = sorted(gathered)
+    values = [_json_values(gathered[k]) for k in keys]
+    if any(v is None for v in values):
+        return None
+    if not keys:
+        return ["{}"] * n
+    # "{" key0 ": " text0 ", " key1 ": " text1 ... "}", joined row by row
+    pieces: list[Any] = []
+    for i, (key, texts) in enumerate(zip(keys, values, strict=True)):
+        pieces += [itertools.repeat(("{" if i == 0 else ", ") + json.dumps(key) + ": "), texts]
+    pieces.append(itertools.repeat("}"))
+    return list(map("".join, zip(*pieces, strict=False)))  # the repeats end with the texts
 
 
 def _record_columns(records: Sequence[RequestRecord],
@@ -164,6 +178,44 @@ def records_table(records: Sequence[RequestRecord], chunk_times_s: Optional[np.n
     lists = _float_lists(columns["chunk_times_s"], chunk_times_s)
     columns["chunk_times_s"] = lists if lists is not None else [list(c) for c in columns["chunk_times_s"]]
     return Table.from_columns(columns, frame=lambda: records_frame(records, chunk_times_s))
+
+
+def columns_table(columns: RecordColumns) -> Optional[Table]:
+    """The records' table (what :func:`records_table` makes of them) from their columns alone, for records
+    that all hold the same ``extra`` keys (strings) and at least one chunk time between them, all floats
+    (the simulator's); None otherwise (the records' own table is then the one to write)."""
+    extra = columns.extra
+    if not columns.chunk_times_s.size or not all(isinstance(k, str) for k in extra):
+        return None
+    n = len(columns)
+    texts = _number_extra_texts(extra, n)
+    if texts is None:
+        encoder = json.JSONEncoder(sort_keys=True)
+        texts = [encoder.encode(dict(zip(extra, row, strict=True))) for row in zip(*extra.values(), strict=True)] \
+            if extra else ["{}"] * n
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(columns.n_chunks, out=offsets[1:])
+    values = columns.columns
+    data: dict[str, Any] = {}
+    for name in _RECORD_FIELDS:
+        if name == "chunk_times_s":
+            data[name] = FloatLists(columns.chunk_times_s, offsets)
+        elif name == "extra":
+            data[name] = texts
+        elif values[name].dtype == object:
+            data[name] = values[name].tolist()
+        else:
+            data[name] = values[name]
+
+    def frame() -> pd.DataFrame:
+        import pandas as pd
+
+        rows = np.empty(n, dtype=object)
+        for i, row in enumerate(data["chunk_times_s"].rows()):  # one by one, as records_frame makes them
+            rows[i] = row
+        return pd.DataFrame({**data, "chunk_times_s": rows}, columns=_RECORD_FIELDS)
+
+    return Table.from_columns(data, frame=frame)
 
 
 def load_records(path: Path) -> list[RequestRecord]:

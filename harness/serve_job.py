@@ -27,7 +27,7 @@ from harness.jobs import JobResult
 from harness.metrics import RecordColumns, extract_columns, request_frame, summarize
 from harness.prompts import fit_to_context, predicted_prefix_hit_rate
 from harness.result_files import POINTS_FILE, REQUESTS_FILE
-from harness.results import RunFolder, records_table
+from harness.results import RunFolder, columns_table, records_table
 from harness.tables import Table
 from harness.validity import assess_validity
 from systems.contract import Deployment, EngineResult
@@ -70,9 +70,12 @@ def _prepare(requests: WorkloadRequests, deployment: Deployment, cfg: Config) ->
 
 def _point_frame(index: int, rate: float | None, result: EngineResult,
                  columns: RecordColumns | None = None) -> Table:
-    """The point's rows of ``requests.parquet``: its records after a ``point`` and a ``rate_rps`` column."""
-    table = records_table(result.records, None if columns is None else columns.chunk_times_s,
-                          None if columns is None else columns.extra)
+    """The point's rows of ``requests.parquet``: its records after a ``point`` and a ``rate_rps`` column
+    (from the engine's columns when it gave them, without reading the records)."""
+    table = columns_table(columns) if result.columns is not None and columns is not None else None
+    if table is None:
+        table = records_table(result.records, None if columns is None else columns.chunk_times_s,
+                              None if columns is None else columns.extra)
     return table.insert(0, "point", index).insert(1, "rate_rps", rate)
 
 
@@ -109,7 +112,7 @@ def serve_point(cfg: Config, deployment: Deployment, folder: RunFolder, index: i
     else:
         result = deployment.run_point(requests, folder)
         host_args = {}
-    columns = extract_columns(result.records)
+    columns = extract_columns(result.columns if result.columns is not None else result.records)
     metrics = summarize(columns, cfg.slo, n_gpus=result.n_gpus)
     validity = assess_validity(result.records, metrics, cfg.validity, result.invalid_reasons,
                                offered_rate_rps=requests.schedule.offered_rate_rps, columns=columns, **host_args)

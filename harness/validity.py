@@ -345,7 +345,7 @@ def assess_validity(
     Without these arguments the block is exactly what it was before they existed. ``columns``, the records'
     :class:`~harness.metrics.RecordColumns` when the caller has them, saves extracting them again.
     """
-    recs = list(records)
+    recs = records if isinstance(records, Sequence) else list(records)  # a lazy sequence stays unmade
     status = columns.columns["status"] if columns is not None else np.array([str(r.status) for r in recs], dtype=object)
     n_failed = int(np.count_nonzero(status == RequestStatus.FAILED.value))
     n_unfinished = int(np.count_nonzero(status == RequestStatus.UNFINISHED.value))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional, Protocol
 
 from harness.errors import UserError
-from harness.records import RequestRecord
+from harness.records import RecordFieldColumns, RequestRecord
 from systems.config import HardwareConfig, ModelConfig, SystemConfig
 from workloads.base import WorkloadRequests
 
@@ -28,12 +28,17 @@ class DeploymentError(UserError, RuntimeError):
 
 @dataclass(frozen=True)
 class EngineResult:
-    """Records of every issued request of one point, plus what the engine knows about it."""
+    """Records of every issued request of one point, plus what the engine knows about it.
 
-    records: tuple[RequestRecord, ...]
+    ``records`` is a tuple, or a sequence that makes them when first read (the simulator's). ``columns``:
+    the same records as columns, when the engine holds them that way (the harness then reads them instead
+    of the records)."""
+
+    records: Sequence[RequestRecord]
     n_gpus: int = 1
     invalid_reasons: tuple[str, ...] = ()
     info: dict[str, Any] = field(default_factory=dict)  # engine-side measurements (e.g. prefix hits)
+    columns: Optional[RecordFieldColumns] = None
 
 
 class JobFolder(Protocol):

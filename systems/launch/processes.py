@@ -14,24 +14,24 @@ turns SIGTERM into an exception so ``finally`` blocks (and so the teardown) run 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from harness.errors import UserError
 from systems.launch import affinity, autogroup, groups, leftovers, pidfile, ports, procfs, shm
 from systems.launch.child_env import child_environment, split_inherited
 from systems.launch.supervisor import supervisor_command
+
+if TYPE_CHECKING:  # asyncio and urllib are imported where used: a simulator run imports this module, not them
+    import asyncio
 
 logger = logging.getLogger(__name__)
 
@@ -241,6 +241,9 @@ def _describe_failure(proc: ManagedProcess, what: str) -> str:
 
 def http_get(url: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
     """GET ``url`` bypassing any proxy settings; returns (status, body); HTTP errors are returned too."""
+    import urllib.error
+    import urllib.request
+
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(url, timeout=timeout_s) as resp:
@@ -267,7 +270,7 @@ def wait_http_ready(proc: ManagedProcess, url: str, timeout_s: float, interval_s
                 logger.info("%s: ready at %s after %.1f s", proc.name, url, waited)
                 proc.note_shm_files()
                 return waited
-        except (OSError, urllib.error.URLError):
+        except OSError:  # urllib's URLError is one
             pass  # not listening yet
         if time.monotonic() >= deadline:
             raise ServerStartError(_describe_failure(proc, f"was not ready at {url} within {timeout_s:.0f} s"))
@@ -342,6 +345,8 @@ def sigterm_as_exception() -> Iterator[None]:
 def stop_event_on_signals() -> asyncio.Event:
     """An event SIGTERM or SIGINT sets: a helper server process (router, pool node, bootstrap registry)
     serves until it is set, then cleans up and exits 0. Call it inside the running event loop."""
+    import asyncio
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

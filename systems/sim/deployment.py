@@ -3,7 +3,9 @@
 Opening the deployment checks the configuration and builds the performance models
 (:class:`~systems.sim.simulation.SimulatedCluster`, the path every simulation takes), so an impossible
 deployment fails before any point runs. Each point is one simulation with fresh policies; its
-``RequestRecord``s go through the same metrics as a real run. Per-instance load samples go to
+``RequestRecord``s go through the same metrics as a real run: the harness reads them as columns gathered
+from the simulated requests (:mod:`systems.sim.record_columns`), and the records themselves are made only
+when something reads them. Per-instance load samples go to
 ``load.csv`` (one row per instance and sampling time, with the point index). With
 ``engine.perf_model=fitted`` a point whose prompts or contexts are longer than the profile measured is
 refused before it is simulated (``ConfigError``: the fits would be extrapolated), and every request reaches
@@ -18,9 +20,11 @@ import logging
 import time
 from typing import Any
 
+from harness.records import RequestRecord
 from harness.result_files import LOAD_FILE
 from systems.contract import DeploymentConfig, EngineResult, JobFolder
 from systems.sim.perf.profile_file import check_coverage
+from systems.sim.record_columns import LazyRecords, record_columns
 from systems.sim.simulation import SimulatedCluster
 from systems.topology import topology_of
 from workloads.base import WorkloadRequests
@@ -56,10 +60,16 @@ class SimDeployment:
         if overhead > 0:  # each request reaches the engine's queue that much after its send
             specs = tuple(dataclasses.replace(s, arrival_s=s.arrival_s + overhead) for s in specs)
         setup, run = self.cluster.run(specs, progress=self.cfg.engine.progress)
-        records = run.records()
-        if overhead > 0:  # ... and the client's clock started at the send
-            records = tuple(dataclasses.replace(r, arrival_s=r.arrival_s - overhead, sent_s=r.sent_s - overhead)
-                            for r in records)
+        columns = record_columns(run.requests, shift_s=overhead)  # ... and the client's clock started at the send
+
+        def make_records() -> tuple[RequestRecord, ...]:
+            records = run.records()
+            if overhead > 0:
+                records = tuple(dataclasses.replace(r, arrival_s=r.arrival_s - overhead, sent_s=r.sent_s - overhead)
+                                for r in records)
+            return records
+
+        records = LazyRecords(len(run.requests), make_records)
         wall = time.perf_counter() - start
         log.info("simulated %d requests (%.0f s of cluster time, %d events) in %.2f s wall", len(records),
                  run.info["simulated_s"], run.info["events"], wall)
@@ -67,7 +77,7 @@ class SimDeployment:
             self._load_rows.append((self._points, run.load_samples))
             folder.write_point_rows(LOAD_FILE, self._load_rows)
         self._points += 1
-        return EngineResult(records=records, n_gpus=setup.n_gpus, info={**run.info, "wall_s": wall})
+        return EngineResult(records=records, n_gpus=setup.n_gpus, info={**run.info, "wall_s": wall}, columns=columns)
 
     def _request_overhead_s(self) -> float:
         """A fitted profile's measured request overhead for this system's request path (0 otherwise)."""

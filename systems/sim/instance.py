@@ -444,6 +444,10 @@ class SimInstance:
             self._timeline_list = self._timeline[:self.diter].tolist()
         return self._timeline_list[first:first + count]
 
+    def iteration_timeline(self) -> np.ndarray:
+        """End times of every decode iteration so far (a view: valid until the next iteration)."""
+        return self._timeline[:self.diter]
+
     def iteration_times(self, first: int, count: int) -> np.ndarray:
         """End times of decode iterations ``first .. first + count - 1``."""
         return self._timeline[first:min(first + count, self.diter)]

@@ -110,15 +110,21 @@ class SimRequest:
         self.decode_start_s = NAN
         self.recomputing = False
 
-    def to_record(self) -> RequestRecord:
-        """The record of this request (token times gathered from the instances' iteration timelines)."""
-        spec = self.spec
+    def token_time_list(self) -> list[float]:
+        """The time of every token this request produced, in order (gathered from the instances' iteration
+        timelines)."""
         times = [float(t) for t in self.token_times]  # event times may be NumPy floats (from the arrivals)
         if self.ranges:
             for inst, first, count in self.ranges:
                 times += inst.iteration_list(first, count)  # type: ignore[attr-defined]
             if self.preemptions:  # else in order: the prefill's token, then one stretch of decode iterations
                 times.sort()
+        return times
+
+    def to_record(self) -> RequestRecord:
+        """The record of this request (token times gathered from the instances' iteration timelines)."""
+        spec = self.spec
+        times = self.token_time_list()
         status = self.status
         ok = status == _OK
         prefill_start = self.prefill_start_s

@@ -1,0 +1,208 @@
+"""A finished simulation's records as columns, gathered straight from its requests, and the records
+themselves made only when something asks for them.
+
+The harness reads a point's records as columns (``harness.metrics.RecordColumns``: the summary, the
+validity checks and ``requests.parquet`` all start from them). Making one ``RequestRecord`` per request
+and then reading every field back out of the records costs more than the columns themselves (on the
+Azure conversation hour: 19,366 records and 3 million token times). :func:`record_columns` gathers the
+records' fields as columns (:class:`~harness.records.RecordFieldColumns`), value for value what
+``harness.metrics.extract_columns`` reads from :meth:`SimRequest.to_record`'s records, from the requests
+and the instances' iteration timelines.
+:class:`LazyRecords` stands for the records: it knows their number and makes them on first use.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import operator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Optional
+
+import numpy as np
+
+from harness.records import RecordFieldColumns, RequestRecord, RequestStatus
+from systems.sim.request import SimRequest
+
+NAN = math.nan
+_OK = RequestStatus.OK
+
+
+def _ints(values: Sequence[Any], attr: str) -> np.ndarray:
+    return np.fromiter(map(operator.attrgetter(attr), values), dtype=np.int64, count=len(values))
+
+
+def _floats(values: Sequence[Any], attr: str) -> np.ndarray:
+    return np.fromiter(map(operator.attrgetter(attr), values), dtype=np.float64, count=len(values))
+
+
+def _instance(request: SimRequest) -> str:
+    """The record's ``instance``: the prefill instance, ``P->D`` when another one decoded."""
+    prefill, decode = request.prefill_instance, request.decode_instance
+    return f"{prefill}->{decode}" if decode and decode != prefill else prefill
+
+
+def _token_times(requests: Sequence[SimRequest]) -> tuple[np.ndarray, np.ndarray]:
+    """Every request's token times end to end (as :meth:`SimRequest.token_time_list` gives them) and their
+    count per request.
+
+    A request's times are its own (the prefill's token) and then stretches of an instance's decode
+    iterations. Each stretch is a slice of that instance's timeline, so the times are gathered by one index
+    into the timelines and the requests' own times laid end to end. A preempted request's times are sorted
+    by :meth:`SimRequest.token_time_list` and taken from it whole."""
+    own: list[float] = []  # the requests' own times (and preempted requests' whole lists)
+    placed: dict[int, tuple[int, int]] = {}  # id(instance) -> (start of its timeline among them, its length)
+    timelines: list[np.ndarray] = []
+    starts: list[int] = []  # each piece's start: in ``own``, or among the timelines (see ``in_timeline``)
+    counts: list[int] = []
+    in_timeline: list[bool] = []
+    n_chunks = np.zeros(len(requests), dtype=np.int64)
+    timeline_total = 0
+    for i, request in enumerate(requests):
+        ranges = request.ranges
+        if ranges and request.preemptions:
+            whole = request.token_time_list()
+            starts.append(len(own))
+            counts.append(len(whole))
+            in_timeline.append(False)
+            own += whole
+            n_chunks[i] = len(whole)
+            continue
+        n = 0
+        if request.token_times:
+            mine = [float(t) for t in request.token_times]
+            starts.append(len(own))
+            counts.append(len(mine))
+            in_timeline.append(False)
+            own += mine
+            n = len(mine)
+        for inst, first, count in ranges:
+            where = placed.get(id(inst))
+            if where is None:
+                timeline = inst.iteration_timeline()  # type: ignore[attr-defined]
+                where = placed[id(inst)] = (timeline_total, len(timeline))
+                timelines.append(timeline)
+                timeline_total += len(timeline)
+            start, length = where
+            count = max(0, min(first + count, length) - first)  # the length of timeline[first:first + count]
+            if count:
+                starts.append(start + first)
+                counts.append(count)
+                in_timeline.append(True)
+                n += count
+        n_chunks[i] = n
+    total = int(n_chunks.sum())
+    if not total:
+        return np.empty(0, dtype=np.float64), n_chunks
+    source = np.concatenate([np.array(own, dtype=np.float64), *timelines])
+    piece_starts = np.array(starts, dtype=np.int64)
+    piece_starts[np.array(in_timeline, dtype=bool)] += len(own)
+    piece_counts = np.array(counts, dtype=np.int64)
+    # index j of piece p: piece_starts[p] + (j - first output position of p)
+    piece_firsts = np.cumsum(piece_counts) - piece_counts
+    index = np.repeat(piece_starts - piece_firsts, piece_counts) + np.arange(total, dtype=np.int64)
+    return source[index], n_chunks
+
+
+def record_columns(requests: Sequence[SimRequest], shift_s: float = 0.0) -> RecordFieldColumns:
+    """The columns of the requests' records (:meth:`SimRequest.to_record`), with their arrival and send
+    times moved ``shift_s`` earlier when it is positive (a fitted profile's request overhead, which the
+    simulated arrivals carry)."""
+    specs = [r.spec for r in requests]
+    times, n_chunks = _token_times(requests)
+    arrival = _floats(specs, "arrival_s")
+    if shift_s > 0:
+        arrival = arrival - shift_s
+    first = _floats(requests, "first_token_s")
+    first[n_chunks == 0] = NAN  # a record without tokens has no first token
+    status = list(map(operator.attrgetter("status"), requests))
+    fields: dict[str, np.ndarray] = {
+        "request_id": _ints(specs, "request_id"),
+        "status": np.array(list(map(str, status)), dtype=object),
+        "arrival_s": arrival,
+        "sent_s": arrival.copy(),
+        "first_token_s": first,
+        "finish_s": _floats(requests, "finish_s"),
+        "n_out": n_chunks,
+        "output_length": _ints(specs, "output_length"),
+        "input_length": _ints(specs, "input_length"),
+        "cached_tokens": _ints(requests, "cached_tokens"),
+        "instance": np.array(list(map(_instance, requests)), dtype=object),
+        "prefix_group": _ints(specs, "prefix_group"),
+        "shared_prefix_len": _ints(specs, "shared_prefix_len"),
+        "session_id": _ints(specs, "session_id"),
+        "turn": _ints(specs, "turn"),
+        "error": np.array(list(map(operator.attrgetter("error"), requests)), dtype=object),
+    }
+    return RecordFieldColumns(fields, times, n_chunks, _extra(requests, specs, status))
+
+
+def _extra(requests: Sequence[SimRequest], specs: Sequence[Any], status: list[Any]) -> dict[str, list[Any]]:
+    """Each key of the records' ``extra`` (in :meth:`SimRequest.to_record`'s order) and its values, the same
+    Python values the records hold."""
+    get = operator.attrgetter
+    prefill_start = list(map(get("prefill_start_s"), requests))
+    finish = list(map(get("finish_s"), requests))
+    return {
+        "queue_s": [s - a if s == s else NAN for s, a in zip(prefill_start, map(get("arrival_s"), specs), strict=True)],
+        "prefill_s": [e - s for e, s in zip(map(get("prefill_end_s"), requests), prefill_start, strict=True)],
+        "kv_transfer_s": list(map(get("kv_transfer_s"), requests)),
+        "kv_transfer_bytes": list(map(get("kv_transfer_bytes"), requests)),
+        "kv_fetch_s": list(map(get("fetch_s"), requests)),
+        "kv_fetched_tokens": list(map(float, map(get("fetched_tokens"), requests))),
+        "decode_s": [f - d if st == _OK else NAN
+                     for f, d, st in zip(finish, map(get("decode_start_s"), requests), status, strict=True)],
+        "preemptions": list(map(float, map(get("preemptions"), requests))),
+    }
+
+
+class LazyRecords(Sequence[RequestRecord]):
+    """A run's records, made by ``make`` the first time anything but their number is asked for."""
+
+    __slots__ = ("_n", "_make", "_records")
+
+    def __init__(self, n: int, make: Callable[[], tuple[RequestRecord, ...]]) -> None:
+        self._n = n
+        self._make: Optional[Callable[[], tuple[RequestRecord, ...]]] = make
+        self._records: Optional[tuple[RequestRecord, ...]] = None
+
+    def materialize(self) -> tuple[RequestRecord, ...]:
+        """The records, as a tuple (made now unless they were already)."""
+        if self._records is None:
+            assert self._make is not None
+            gc_was_enabled = gc.isenabled()
+            gc.disable()  # millions of small objects that live as long as the run: nothing to collect
+            try:
+                records = self._make()
+            finally:
+                if gc_was_enabled:
+                    gc.enable()
+            if len(records) != self._n:
+                raise RuntimeError(f"expected {self._n} records, made {len(records)}")
+            self._records, self._make = records, None
+        return self._records
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.materialize()[index]
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        return iter(self.materialize())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyRecords):
+            return self.materialize() == other.materialize()
+        if isinstance(other, tuple):
+            return self.materialize() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return tuple, (self.materialize(),)
+
+    def __repr__(self) -> str:
+        state = "made" if self._records is not None else "not made yet"
+        return f"LazyRecords({self._n} records, {state})"
