@@ -34,6 +34,7 @@ table is written through pandas, as before.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import os
@@ -366,14 +367,12 @@ class Table:
         writer.writerows(zip(*cells, strict=True))
 
 
+@functools.cache  # the installed pandas cannot change while the process runs: looked up once
 def _pandas_version() -> str:
     """The installed pandas' version, read from its package metadata (pandas itself is not imported)."""
-    from importlib import metadata
+    from harness.provenance import package_versions
 
-    try:
-        return metadata.version("pandas")
-    except metadata.PackageNotFoundError:
-        return ""
+    return package_versions(("pandas",)).get("pandas", "")
 
 
 def _pandas_3() -> bool:

@@ -70,7 +70,8 @@ STAGES = (
     ("trace load", "harness.serve_job", "build_point_requests"),
     ("cap to context, hit rate", "harness.serve_job", "_prepare"),
     ("simulate", "systems.sim.deployment", "SimDeployment.run_point"),
-    ("records", "systems.sim.cluster", "SimRun.records"),
+    ("records (as columns)", "systems.sim.deployment", "record_columns"),
+    ("records (as columns)", "systems.sim.cluster", "SimRun.records"),  # (made only if something reads them)
     ("summary, validity", "harness.serve_job", "extract_columns"),
     ("summary, validity", "harness.serve_job", "summarize"),
     ("summary, validity", "harness.serve_job", "assess_validity"),

@@ -47,61 +47,41 @@ def _token_times(requests: Sequence[SimRequest]) -> tuple[np.ndarray, np.ndarray
     count per request.
 
     A request's times are its own (the prefill's token) and then stretches of an instance's decode
-    iterations. Each stretch is a slice of that instance's timeline, so the times are gathered by one index
-    into the timelines and the requests' own times laid end to end. A preempted request's times are sorted
-    by :meth:`SimRequest.token_time_list` and taken from it whole."""
-    own: list[float] = []  # the requests' own times (and preempted requests' whole lists)
-    placed: dict[int, tuple[int, int]] = {}  # id(instance) -> (start of its timeline among them, its length)
-    timelines: list[np.ndarray] = []
-    starts: list[int] = []  # each piece's start: in ``own``, or among the timelines (see ``in_timeline``)
-    counts: list[int] = []
-    in_timeline: list[bool] = []
+    iterations, each a slice of that instance's timeline: the slices and the requests' own times are
+    joined by one concatenation. A preempted request's times are sorted by
+    :meth:`SimRequest.token_time_list` and taken from it whole."""
+    own: list[float] = []  # the requests' own times (and preempted requests' whole lists), end to end
+    pieces: list[Any] = []  # in order: a slice of an instance's timeline, or (start, count) in ``own``
+    timelines: dict[int, np.ndarray] = {}  # id(instance) -> its timeline
     n_chunks = np.zeros(len(requests), dtype=np.int64)
-    timeline_total = 0
     for i, request in enumerate(requests):
         ranges = request.ranges
         if ranges and request.preemptions:
             whole = request.token_time_list()
-            starts.append(len(own))
-            counts.append(len(whole))
-            in_timeline.append(False)
+            pieces.append((len(own), len(whole)))
             own += whole
             n_chunks[i] = len(whole)
             continue
         n = 0
         if request.token_times:
             mine = [float(t) for t in request.token_times]
-            starts.append(len(own))
-            counts.append(len(mine))
-            in_timeline.append(False)
+            pieces.append((len(own), len(mine)))
             own += mine
             n = len(mine)
         for inst, first, count in ranges:
-            where = placed.get(id(inst))
-            if where is None:
-                timeline = inst.iteration_timeline()  # type: ignore[attr-defined]
-                where = placed[id(inst)] = (timeline_total, len(timeline))
-                timelines.append(timeline)
-                timeline_total += len(timeline)
-            start, length = where
-            count = max(0, min(first + count, length) - first)  # the length of timeline[first:first + count]
-            if count:
-                starts.append(start + first)
-                counts.append(count)
-                in_timeline.append(True)
-                n += count
+            timeline = timelines.get(id(inst))
+            if timeline is None:
+                timeline = timelines[id(inst)] = inst.iteration_timeline()  # type: ignore[attr-defined]
+            piece = timeline[first:first + count]
+            if len(piece):
+                pieces.append(piece)
+                n += len(piece)
         n_chunks[i] = n
-    total = int(n_chunks.sum())
-    if not total:
+    if not pieces:
         return np.empty(0, dtype=np.float64), n_chunks
-    source = np.concatenate([np.array(own, dtype=np.float64), *timelines])
-    piece_starts = np.array(starts, dtype=np.int64)
-    piece_starts[np.array(in_timeline, dtype=bool)] += len(own)
-    piece_counts = np.array(counts, dtype=np.int64)
-    # index j of piece p: piece_starts[p] + (j - first output position of p)
-    piece_firsts = np.cumsum(piece_counts) - piece_counts
-    index = np.repeat(piece_starts - piece_firsts, piece_counts) + np.arange(total, dtype=np.int64)
-    return source[index], n_chunks
+    own_times = np.array(own, dtype=np.float64)
+    return np.concatenate([p if isinstance(p, np.ndarray) else own_times[p[0]:p[0] + p[1]] for p in pieces]), \
+        n_chunks
 
 
 def record_columns(requests: Sequence[SimRequest], shift_s: float = 0.0) -> RecordFieldColumns:
