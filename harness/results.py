@@ -89,12 +89,21 @@ def _float_texts(values: list[float], array: np.ndarray) -> list[str]:
     return list(map(texts.__getitem__, inverse.tolist()))
 
 
+_NON_FINITE_TEXTS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}  # json.dumps' spellings
+
+
 def _json_values(values: list[Any]) -> Optional[list[str]]:
-    """Each value as ``json.dumps`` writes it, when all are finite floats or all are ints (else None)."""
+    """Each value as ``json.dumps`` writes it, when all are floats or all are ints (else None)."""
     types = set(map(type, values))
     if types == {float}:
         array = np.array(values, dtype=np.float64)
-        return _float_texts(values, array) if np.isfinite(array).all() else None
+        finite = np.isfinite(array)
+        if finite.all():
+            return _float_texts(values, array)
+        texts = _float_texts(values, np.where(finite, array, 0.0)) if finite.any() else [""] * len(values)
+        for i in np.flatnonzero(~finite).tolist():
+            texts[i] = _NON_FINITE_TEXTS[repr(values[i])]
+        return texts
     if types == {int}:
         return list(map(int.__repr__, values))
     return None
@@ -119,7 +128,7 @@ def _extra_column(extras: Sequence[dict[str, Any]], gathered: Optional[Mapping[s
 def _number_extra_texts(gathered: Mapping[str, list[Any]], n: int) -> Optional[list[str]]:
     """``json.dumps(extra, sort_keys=True)`` of ``n`` records whose ``extra`` holds the keys of ``gathered``
     (strings) and, under each, its values over the records, built column by column; None unless every
-    key's values are all finite floats or all ints."""
+    key's values are all floats or all ints."""
     keys = sorted(gathered)
     values = [_json_values(gathered[k]) for k in keys]
     if any(v is None for v in values):

@@ -75,7 +75,7 @@ from systems.sim.keys import request_keys
 from systems.sim.links import FifoLink, LinkSpec
 from systems.sim.load_index import BatchBuckets, BlockHolders, HeldBlockLRU, SortedPool, iter_bits, run_levels
 from systems.sim.perf.base import InstanceShape, PerfModel
-from systems.sim.record_columns import LazyRecords
+from systems.sim.record_columns import made_without_collector
 from systems.sim.request import SimRequest
 from systems.topology import ROLES
 
@@ -155,10 +155,7 @@ class SimRun:
 
     def records(self) -> tuple[RequestRecord, ...]:
         """One ``RequestRecord`` per request, in request order (the collector paused, as in the run)."""
-        return LazyRecords(len(self.requests), self._make_records).materialize()
-
-    def _make_records(self) -> tuple[RequestRecord, ...]:
-        return tuple(r.to_record() for r in self.requests)
+        return made_without_collector(lambda: tuple(r.to_record() for r in self.requests))
 
 
 class Cluster(InstanceHooks):

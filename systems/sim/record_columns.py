@@ -36,12 +36,6 @@ def _floats(values: Sequence[Any], attr: str) -> np.ndarray:
     return np.fromiter(map(operator.attrgetter(attr), values), dtype=np.float64, count=len(values))
 
 
-def _instance(request: SimRequest) -> str:
-    """The record's ``instance``: the prefill instance, ``P->D`` when another one decoded."""
-    prefill, decode = request.prefill_instance, request.decode_instance
-    return f"{prefill}->{decode}" if decode and decode != prefill else prefill
-
-
 def _token_times(requests: Sequence[SimRequest]) -> tuple[np.ndarray, np.ndarray]:
     """Every request's token times end to end (as :meth:`SimRequest.token_time_list` gives them) and their
     count per request.
@@ -107,7 +101,7 @@ def record_columns(requests: Sequence[SimRequest], shift_s: float = 0.0) -> Reco
         "output_length": _ints(specs, "output_length"),
         "input_length": _ints(specs, "input_length"),
         "cached_tokens": _ints(requests, "cached_tokens"),
-        "instance": np.array(list(map(_instance, requests)), dtype=object),
+        "instance": np.array(list(map(SimRequest.record_instance, requests)), dtype=object),
         "prefix_group": _ints(specs, "prefix_group"),
         "shared_prefix_len": _ints(specs, "shared_prefix_len"),
         "session_id": _ints(specs, "session_id"),
@@ -119,7 +113,8 @@ def record_columns(requests: Sequence[SimRequest], shift_s: float = 0.0) -> Reco
 
 def _extra(requests: Sequence[SimRequest], specs: Sequence[Any], status: list[Any]) -> dict[str, list[Any]]:
     """Each key of the records' ``extra`` (in :meth:`SimRequest.to_record`'s order) and its values, the same
-    Python values the records hold."""
+    Python values the records hold (computed key by key over the requests, as ``to_record`` computes them
+    request by request: ``tests/unit/test_sim_record_columns.py`` holds the two to the same values and types)."""
     get = operator.attrgetter
     prefill_start = list(map(get("prefill_start_s"), requests))
     finish = list(map(get("finish_s"), requests))
@@ -136,6 +131,18 @@ def _extra(requests: Sequence[SimRequest], specs: Sequence[Any], status: list[An
     }
 
 
+def made_without_collector(make: Callable[[], tuple[RequestRecord, ...]]) -> tuple[RequestRecord, ...]:
+    """``make()`` with the cyclic garbage collector paused: millions of small objects that live as long as
+    the run, nothing for it to collect."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return make()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
 class LazyRecords(Sequence[RequestRecord]):
     """A run's records, made by ``make`` the first time anything but their number is asked for."""
 
@@ -150,13 +157,7 @@ class LazyRecords(Sequence[RequestRecord]):
         """The records, as a tuple (made now unless they were already)."""
         if self._records is None:
             assert self._make is not None
-            gc_was_enabled = gc.isenabled()
-            gc.disable()  # millions of small objects that live as long as the run: nothing to collect
-            try:
-                records = self._make()
-            finally:
-                if gc_was_enabled:
-                    gc.enable()
+            records = made_without_collector(self._make)
             if len(records) != self._n:
                 raise RuntimeError(f"expected {self._n} records, made {len(records)}")
             self._records, self._make = records, None

@@ -121,6 +121,11 @@ class SimRequest:
                 times.sort()
         return times
 
+    def record_instance(self) -> str:
+        """The record's ``instance``: the prefill instance, ``P->D`` when another one decoded."""
+        prefill, decode = self.prefill_instance, self.decode_instance
+        return f"{prefill}->{decode}" if decode and decode != prefill else prefill
+
     def to_record(self) -> RequestRecord:
         """The record of this request (token times gathered from the instances' iteration timelines)."""
         spec = self.spec
@@ -139,10 +144,7 @@ class SimRequest:
             "decode_s": self.finish_s - self.decode_start_s if ok else NAN,
             "preemptions": float(self.preemptions),
         }
-        instance = self.prefill_instance
-        decode_instance = self.decode_instance
-        if decode_instance and decode_instance != instance:
-            instance = f"{instance}->{decode_instance}"
+        instance = self.record_instance()
         n_out = len(times)
         return _build_record(spec.request_id, status, arrival, arrival, self.first_token_s if n_out else NAN,
                              self.finish_s, spec.input_length, spec.output_length, n_out, tuple(times),

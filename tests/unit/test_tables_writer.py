@@ -211,8 +211,20 @@ RECORD_CASES = {
     "no chunk times": [record(0, [], RequestStatus.FAILED), record(1, [], RequestStatus.FAILED)],
     "strings in extra": [record(0, [0.1], extra={"engine": "vllm", "z": 1.0}),
                          record(1, [0.2], extra={"engine": "sglang", "y": 2})],
+    "non-finite extras": [record(i, [0.1 * i + 0.1], extra={"d": [math.nan, 0.5, math.inf, 0.5, -math.inf, 0.5][i],
+                                                             "z": [0.0, -0.0, math.nan, 1.0, 1.0, 1.0][i],
+                                                             "all_nan": math.nan}) for i in range(6)],
     "none": [],
 }
+
+
+@pytest.mark.parametrize("case", sorted(RECORD_CASES))
+def test_the_extra_column_is_json_dumps_of_each_records_extra(case):
+    records = RECORD_CASES[case]
+    expected = [json.dumps(r.extra, sort_keys=True) for r in records]
+    for extra in (None, extract_columns(records).extra):  # gathered here, or by the caller
+        assert records_frame(records)["extra"].tolist() == expected
+        assert list(records_table(records, None, extra).columns["extra"].values) == expected
 
 
 def old_point_frame(index, rate, records):
