@@ -40,7 +40,7 @@ from harness.result_files import CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE
 from harness.results import RunFolder
 from harness.sweep.config_hash import config_hash
 from harness.sweep.resume import RERUN_STATES, JobState, conflict_message, folder_state
-from systems.launch.processes import Terminated, sigterm_as_exception
+from systems.launch.processes import ReceivedSignals, Terminated, sigterm_as_exception
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +139,8 @@ def run_job(cfg: DictConfig, ctx: JobContext) -> RunSummary:
         if kept is not None:
             return kept
     guard_folder(ctx.folder.path, overwrite=overwrite, include_run_files=False)
-    with sigterm_as_exception():
-        return _run_job(cfg, ctx, digest)
+    with sigterm_as_exception() as signals:
+        return _run_job(cfg, ctx, digest, signals)
 
 
 def _resume(ctx: JobContext, digest: str, overwrite: bool) -> RunSummary | None:
@@ -209,7 +209,7 @@ def _publish(typed: Config, summary: RunSummary, resolved: dict[str, Any], ctx: 
     publish(typed.logger, summary, resolved, ctx.folder, result.tables, figure_paths)
 
 
-def _run_job(cfg: DictConfig, ctx: JobContext, digest: str) -> RunSummary:
+def _run_job(cfg: DictConfig, ctx: JobContext, digest: str, signals: ReceivedSignals) -> RunSummary:
     sha, dirty = provenance.git_state()
     resolved = write_config(cfg, ctx)
     summary = RunSummary(
@@ -218,12 +218,13 @@ def _run_job(cfg: DictConfig, ctx: JobContext, digest: str) -> RunSummary:
         package_versions=provenance.package_versions(), seeds=_seeds(resolved), choices=ctx.choices,
         overrides=ctx.overrides, files={"config": CONFIG_FILE}, config_hash=digest,
     )
-    ctx.folder.write_summary(summary)
-    try:
+    try:  # a signal that lands while the running summary is written (its fsync) still leaves a failed one
+        ctx.folder.write_summary(summary)
         typed = validate(cfg)
         with _figure_worker(typed) or nullcontext() as worker:
             result = JOB_RUNNERS[typed.job](typed, ctx.folder)
             figure_paths = _render_figures(ctx, typed, worker)
+        signals.check()  # a SIGTERM whose exception Python dropped (raised inside a __del__) still fails the job
         files = {**summary.files, **result.files,
                  **{figure_key(p): str(p.relative_to(ctx.folder.path)) for p in figure_paths}}
         summary = dataclasses.replace(summary, status="ok", finished_at=_now(), metrics=result.metrics,

@@ -284,6 +284,9 @@ class LoadRunner:
             if pool.n_idle < SPARE_CONNECTIONS:
                 pool.ensure_spare(SPARE_CONNECTIONS)
             return
+        self._send_new(ex, payload)
+
+    def _send_new(self, ex: Exchange, payload: bytes) -> None:
         task = asyncio.get_running_loop().create_task(self._send_on_new(ex, payload))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -314,7 +317,9 @@ class LoadRunner:
     def _on_retry(self, ex: Exchange) -> None:
         self._n_retries += 1
         ex.reset_for_retry()
-        self._send(ex)
+        # on a new connection: the server that closed the idle one may have closed the other idle ones too,
+        # and their close may not have reached us yet (the retry would die the same way, and not be retried)
+        self._send_new(ex, self._payload(ex.index))
 
     async def _tick(self) -> None:
         """Fail requests past ``request_timeout_s`` and report progress, every ``TICK_S``."""

@@ -319,15 +319,36 @@ class ProcessGroup:
         self.stop_all()
 
 
+class ReceivedSignals:
+    """What :func:`sigterm_as_exception` yields: the first signal it turned into ``Terminated``. Python drops
+    an exception raised where it cannot propagate (a signal handler that runs inside a ``__del__`` or a
+    callback prints "Exception ignored" and goes on): :meth:`check` raises it again, so a job that got
+    SIGTERM never reports success."""
+
+    def __init__(self) -> None:
+        self.first: Optional[str] = None
+
+    def check(self) -> None:
+        """Raise ``Terminated`` if a signal was received (whether or not its exception got through)."""
+        if self.first is not None:
+            raise Terminated(f"received {self.first}")
+
+
 @contextlib.contextmanager
-def sigterm_as_exception() -> Iterator[None]:
+def sigterm_as_exception() -> Iterator[ReceivedSignals]:
     """For its duration, SIGTERM (and SIGHUP) raise ``Terminated`` in the main thread.
 
     This makes ``kill <harness pid>`` unwind the stack like Ctrl-C does, so every ``finally`` and
-    ``with`` that owns a server stops it. Outside the main thread it does nothing.
+    ``with`` that owns a server stops it. Outside the main thread it does nothing. It yields a
+    :class:`ReceivedSignals` to :meth:`~ReceivedSignals.check` before reporting success.
     """
+    received = ReceivedSignals()
+
     def _raise(signum: int, frame: Optional[FrameType]) -> None:
-        raise Terminated(f"received {signal.Signals(signum).name}")
+        name = signal.Signals(signum).name
+        if received.first is None:
+            received.first = name
+        raise Terminated(f"received {name}")
 
     previous: dict[int, object] = {}
     try:
@@ -336,7 +357,7 @@ def sigterm_as_exception() -> Iterator[None]:
     except ValueError:  # not the main thread
         logger.debug("sigterm_as_exception: not in the main thread; signals left as they are")
     try:
-        yield
+        yield received
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]

@@ -194,6 +194,23 @@ def test_sigterm_becomes_exception_and_handler_is_restored():
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_sigterm_whose_exception_python_dropped_is_raised_by_check():
+    class SignalledInDel:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises here, inside __del__: Python prints "Exception ignored", goes on
+
+    with sigterm_as_exception() as received:
+        received.check()  # nothing received yet
+        obj = SignalledInDel()
+        started = time.monotonic()
+        del obj  # no exception gets out of this line
+        assert time.monotonic() - started < 5
+        with pytest.raises(Terminated, match="received SIGTERM"):
+            received.check()
+
+
 def test_harness_killed_with_sigterm_tears_children_down(tmp_path):
     """A whole harness process: SIGTERM to it stops the server it started (no orphan)."""
     port = free_port()
