@@ -102,7 +102,7 @@ class SimInstance:
         self._version = 0
         self._chunks: list[tuple[SimRequest, int]] = []
         self._decoding = False  # the running sequences decode in the current prefill iteration
-        self._seg_ends: Optional[list[float]] = None  # end times of the planned decode segment
+        self._seg_ends: Optional[list[float] | np.ndarray] = None  # end times of the planned decode segment
         self._seg_n = 0
         self._seg_start = 0.0
         self.queued_work_s = 0.0  # estimated prefill seconds of the waiting queue
@@ -163,11 +163,12 @@ class SimInstance:
             return
         ends = self._seg_ends
         if ends is not None:  # cut the decode segment at the next iteration boundary
-            n = bisect_right(ends, now) + 1
+            # (ends never decrease: searchsorted on the right is bisect_right)
+            n = (bisect_right(ends, now) if type(ends) is list else int(ends.searchsorted(now, "right"))) + 1
             if n < self._seg_n:
                 self._seg_n = n
                 self._version += 1
-                self.loop.schedule(ends[n - 1], PRIO_ITERATION, self._end_segment, self._version)
+                self.loop.schedule(float(ends[n - 1]), PRIO_ITERATION, self._end_segment, self._version)
 
     # -- scheduling -------------------------------------------------------------------------------
     def _admit_pending(self, now: float) -> None:
@@ -323,7 +324,7 @@ class SimInstance:
         self._seg_ends = ends
         self._seg_n = n
         self._version += 1
-        self.loop.schedule(ends[-1], PRIO_ITERATION, self._end_segment, self._version)
+        self.loop.schedule(float(ends[-1]), PRIO_ITERATION, self._end_segment, self._version)
 
     # -- iteration ends ---------------------------------------------------------------------------
     def _end_segment(self, now: float, version: int) -> None:

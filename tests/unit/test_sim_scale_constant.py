@@ -55,15 +55,18 @@ def _models() -> list[PerfModel]:
 
 @pytest.mark.parametrize("model", _models(), ids=lambda m: f"{m.name}")
 def test_short_segments_timed_in_python_give_the_array_floats(model: PerfModel) -> None:
-    assert model._segment_steps(3, 1000, 5) is not None  # the model has the Python path
+    assert model._segment_ends(3, 1000, 5, 0.0) is not None  # the model has the Python path
     rng = np.random.default_rng(7)
     for _ in range(400):
         b, c = int(rng.integers(1, 600)), int(rng.integers(0, 3_000_000))
         n = int(rng.integers(1, perf_base.SCALAR_SEGMENT_MAX + 20))
         now = float(rng.uniform(0, 1e5))
         got = model.decode_segment_ends(b, c, n, now)
-        assert got == _array_ends(model, b, c, n, now)  # exact: the same floats
-        assert all(type(t) is float for t in got)
+        if n <= perf_base.SCALAR_SEGMENT_MAX:  # timed in Python: a list of Python floats
+            assert type(got) is list and all(type(t) is float for t in got)
+        else:  # the array itself
+            assert isinstance(got, np.ndarray) and got.dtype == np.float64
+        assert list(got) == _array_ends(model, b, c, n, now)  # exact: the same floats
 
 
 def test_a_model_without_a_python_path_uses_the_array() -> None:
@@ -79,7 +82,7 @@ def test_a_model_without_a_python_path_uses_the_array() -> None:
 
     m = Linear()
     for n in (1, 2, 7, 300):
-        assert m.decode_segment_ends(4, 500, n, 2.5) == _array_ends(m, 4, 500, n, 2.5)
+        assert list(m.decode_segment_ends(4, 500, n, 2.5)) == _array_ends(m, 4, 500, n, 2.5)
 
 
 def test_stream_events_run_where_the_heap_would_put_them() -> None:

@@ -62,33 +62,31 @@ class PerfModel(ABC):
     def decode_step_time_s(self, batch_size: ArrayLike, sum_context: ArrayLike) -> ArrayLike:
         """One decode step of ``batch_size`` sequences with ``sum_context`` context tokens in all."""
 
-    def decode_segment_ends(self, batch_size: int, context: int, n: int, now: float) -> list[float]:
+    def decode_segment_ends(self, batch_size: int, context: int, n: int, now: float) -> list[float] | np.ndarray:
         """End times of ``n`` decode steps of ``batch_size`` sequences starting at ``now`` with ``context`` tokens
         (the context grows by the batch each step): ``now + step`` for one step (the scalar
         :meth:`decode_step_time_s`); else ``now`` plus the running sums of the steps evaluated over
-        ``context, context + batch_size, ...`` as one array. Models override :meth:`_segment_steps` to give
-        the same floats from Python arithmetic for short stretches (the same operations in the same order
-        on the same doubles: each correctly rounded, so the results are identical)."""
+        ``context, context + batch_size, ...`` as one array, returned as that float64 array (the simulator
+        copies it into its timeline as it is: no list of floats made and read back). Models override
+        :meth:`_segment_ends` to give the same floats from Python arithmetic for short stretches, as a list
+        (the same operations in the same order on the same doubles: each correctly rounded, so the results
+        are identical)."""
         if n == 1:
             return [now + float(self.decode_step_time_s(batch_size, context))]
-        steps = self._segment_steps(batch_size, context, n) if n <= SCALAR_SEGMENT_MAX else None
-        if steps is None:
+        ends = self._segment_ends(batch_size, context, n, now) if n <= SCALAR_SEGMENT_MAX else None
+        if ends is None:
             ctx = np.arange(context, context + batch_size * n, batch_size, dtype=np.float64)  # context at each step
             arr = self.decode_step_time_s(batch_size, ctx)
             ends = arr.cumsum() if isinstance(arr, np.ndarray) else np.cumsum(arr)
             ends += now  # now + each partial sum
-            return ends.tolist()
-        out = []
-        acc = 0.0
-        for t in steps:  # NumPy's cumsum adds left to right
-            acc += t
-            out.append(acc + now)
-        return out
+        return ends
 
-    def _segment_steps(self, batch_size: int, context: int, n: int) -> list[float] | None:
-        """The step times :meth:`decode_step_time_s` gives for ``batch_size`` (an int) and the array
-        ``context, context + batch_size, ..., context + (n - 1) * batch_size`` (float64), as Python floats
-        computed exactly as that array is; None: no such path (the array is evaluated)."""
+    def _segment_ends(self, batch_size: int, context: int, n: int, now: float) -> list[float] | None:
+        """:meth:`decode_segment_ends`'s array path as Python floats computed exactly as the arrays are: the
+        step times :meth:`decode_step_time_s` gives for ``batch_size`` (an int) and the array ``context,
+        context + batch_size, ..., context + (n - 1) * batch_size`` (float64), summed left to right from 0.0
+        (as NumPy's ``cumsum`` adds) and each sum added to ``now``; None: no such path (the array is
+        evaluated)."""
         return None
 
     def decode_monotone_in_context(self) -> bool:

@@ -139,16 +139,18 @@ class DistServeFitModel(ShapedPerfModel):
         a, b, c = self._c.decode_small if batch_size < self._c.threshold else self._c.decode_large
         return (a + b * (sum_context + batch_size) + c * batch_size) / self._pp / 1e3
 
-    def _segment_steps(self, batch_size: int, context: int, n: int) -> list[float] | None:
-        # the segment path above, one float at a time
+    def _segment_ends(self, batch_size: int, context: int, n: int, now: float) -> list[float] | None:
+        # the segment path above, one float at a time, summed
         a, b, c = self._c.decode_small if batch_size < self._c.threshold else self._c.decode_large
         pp = self._pp
         cb = c * batch_size
         bs = float(batch_size)
         out = []
         ctx = float(context)
+        acc = 0.0
         for _ in range(n):
-            out.append((a + b * (ctx + bs) + cb) / pp / 1e3)
+            acc += (a + b * (ctx + bs) + cb) / pp / 1e3
+            out.append(acc + now)
             ctx += bs
         return out
 

@@ -84,15 +84,17 @@ class FittedProfileModel(ShapedPerfModel):
             return (a + b * ctx + c * bs) / 1e3
         return (a + b * float(sum_context) + c * float(batch_size)) / 1e3
 
-    def _segment_steps(self, batch_size: int, context: int, n: int) -> list[float] | None:
-        # the array path above, one float at a time: (a + b * ctx + c * batch) / 1e3
+    def _segment_ends(self, batch_size: int, context: int, n: int, now: float) -> list[float] | None:
+        # the array path above, one float at a time: (a + b * ctx + c * batch) / 1e3, summed
         a, b, c = self._decode
         bs = float(batch_size)
         cb = c * bs
         out = []
         ctx = float(context)
+        acc = 0.0
         for _ in range(n):
-            out.append((a + b * ctx + cb) / 1e3)
+            acc += (a + b * ctx + cb) / 1e3
+            out.append(acc + now)
             ctx += bs
         return out
 

@@ -179,17 +179,27 @@ class RooflineModel(ShapedPerfModel):
         memory = self._t_weights + (sum_context + batch_size) * self._t_kv_token
         return self._combine(compute, memory, batch_size)
 
-    def _segment_steps(self, batch_size: int, context: int, n: int) -> list[float] | None:
+    def _segment_ends(self, batch_size: int, context: int, n: int, now: float) -> list[float] | None:
         # the array path above, one float at a time: compute = ctx * attn + b * flop; memory = (ctx + b) * kv
-        # + weights; then _combine's terms left to right (ctx and ctx + b are integers below 2**53: exact)
+        # + weights; then _combine's terms left to right (ctx and ctx + b are integers below 2**53: exact);
+        # summed
         b = float(batch_size)
         attn, kv, weights, overhead = self._t_attn_ctx, self._t_kv_token, self._t_weights, self._overhead
         bf = b * self._t_flop_token
+        out = []
+        c = float(context)
+        acc = 0.0
+        if self._full_overlap and self._no_comm:  # the common case, without the per-step checks
+            for _ in range(n):
+                compute = c * attn + bf
+                memory = (c + b) * kv + weights
+                acc += (compute if compute >= memory or compute != compute else memory) + overhead  # np.maximum
+                out.append(acc + now)
+                c += b
+            return out
         full_overlap, no_comm = self._full_overlap, self._no_comm
         under = 1.0 - self.overlap
         comm_fixed, comm_b = self._comm_fixed, self._comm_token * b
-        out = []
-        c = float(context)
         for _ in range(n):
             compute = c * attn + bf
             memory = (c + b) * kv + weights
@@ -198,7 +208,8 @@ class RooflineModel(ShapedPerfModel):
                 t = t + under * (compute if compute <= memory or compute != compute else memory)  # np.minimum
             if not no_comm:
                 t = t + comm_fixed + comm_b
-            out.append(t + overhead)
+            acc += t + overhead
+            out.append(acc + now)
             c += b
         return out
 

@@ -209,8 +209,8 @@ class SplitwiseProfileModel(ShapedPerfModel):
             sum_context - batch_size * g.context_ref)
         return max(ms, 0.0) / 1e3
 
-    def _segment_steps(self, batch_size: int, context: int, n: int) -> list[float] | None:
-        # the segment path above, one float at a time: max(base + slope * ctx, 0) / 1e3
+    def _segment_ends(self, batch_size: int, context: int, n: int, now: float) -> list[float] | None:
+        # the segment path above, one float at a time: max(base + slope * ctx, 0) / 1e3, summed
         g = self.grid
         base = self._segment_base_memo.get(batch_size)
         if base is None:
@@ -220,9 +220,11 @@ class SplitwiseProfileModel(ShapedPerfModel):
         b = float(batch_size)
         out = []
         c = float(context)
+        acc = 0.0
         for _ in range(n):
             ms = base + slope * c
-            out.append((ms if ms >= 0.0 or ms != ms else 0.0) / 1e3)  # np.maximum(ms, 0.0) (NaN wins)
+            acc += (ms if ms >= 0.0 or ms != ms else 0.0) / 1e3  # np.maximum(ms, 0.0) (NaN wins)
+            out.append(acc + now)
             c += b
         return out
 
