@@ -35,8 +35,6 @@ LATENCY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "tbt_ms", "issue_la
 PERCENTILE_STATS = (("median", 50.0), ("p90", 90.0), ("p99", 99.0))
 # Mooncake TBT averages the slowest tenth of a request's intervals: ceil(k / 10), computed in integers.
 TBT_SLOWEST_DIVISOR = 10
-# from this many values on, percentiles come from one partition per rank (harness.order_statistics)
-RANK_BY_RANK_MIN_VALUES = 50_000
 # Bounds that a request with a single output token meets vacuously: it has no inter-token interval.
 PER_TOKEN_BOUNDS = ("tpot_ms", "tbt_ms")
 
@@ -97,8 +95,8 @@ def percentiles(values: Iterable[float] | np.ndarray, qs: Sequence[float]) -> li
     arr = _clean(values)
     if arr.size == 0 or not qs:
         return [None] * len(qs)
-    if arr.size >= RANK_BY_RANK_MIN_VALUES and arr.dtype == np.float64 and not has_negative_zero(arr):
-        return list(linear_percentiles(arr, qs))  # the same floats, found rank by rank
+    if arr.dtype == np.float64 and not has_negative_zero(arr):
+        return linear_percentiles(arr, qs)  # the same floats, found rank by rank
     return [float(v) for v in np.percentile(arr, qs, method="linear")]
 
 

@@ -68,14 +68,22 @@ def test_negative_zero_is_seen() -> None:
     assert not has_negative_zero(np.array([1.0, 0.0, 2.0]))
 
 
-def test_summary_percentiles_take_the_rank_by_rank_path_and_agree() -> None:
-    """Above the size threshold ``metrics.percentiles`` uses the rank-by-rank path; the result is numpy's."""
-    values = np.random.default_rng(3).gamma(2.0, 20.0, metrics.RANK_BY_RANK_MIN_VALUES + 17)
+def test_summary_percentiles_take_the_rank_by_rank_path_and_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``metrics.percentiles`` finds the ranks one by one (numpy's percentile is not called) and gives numpy's
+    floats; with a negative zero among the values it leaves the choice of zero to numpy."""
+    values = np.random.default_rng(3).gamma(2.0, 20.0, 60_017)
     values[::1000] = np.nan  # dropped first
     qs = [q for _, q in metrics.PERCENTILE_STATS]
     want = np.percentile(values[~np.isnan(values)], qs, method="linear").tolist()
-    assert metrics.percentiles(values, qs) == want
     with_negative_zero = np.abs(values)
-    with_negative_zero[5] = -0.0  # numpy's own partition decides which zero lands where: numpy is used
-    assert metrics.percentiles(with_negative_zero, qs) == np.percentile(
-        with_negative_zero[~np.isnan(with_negative_zero)], qs, method="linear").tolist()
+    with_negative_zero[5] = -0.0
+    want_with_negative_zero = np.percentile(with_negative_zero[~np.isnan(with_negative_zero)], qs,
+                                            method="linear").tolist()
+    calls: list[int] = []
+    numpy_percentile = np.percentile
+    monkeypatch.setattr(np, "percentile", lambda *a, **k: calls.append(1) or numpy_percentile(*a, **k))
+    assert metrics.percentiles(values, qs) == want
+    assert metrics.percentiles([4.0, 1.0, 2.5], [50.0, 100.0]) == [2.5, 4.0]
+    assert not calls
+    assert metrics.percentiles(with_negative_zero, qs) == want_with_negative_zero
+    assert calls == [1]
