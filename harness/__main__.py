@@ -113,7 +113,6 @@ def composition_error(exc: BaseException) -> Optional[str]:
 
 
 if __name__ == "__main__":
-    gc.collect()
     gc.freeze()  # the imported modules' objects are never garbage: keep the collector from walking them
     install_log_redaction()
     register_configs()

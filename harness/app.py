@@ -17,6 +17,7 @@ secrets redacted (:mod:`harness.redaction`); the job itself uses the real values
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 # each runner's module is imported when its job runs: a simulator run imports no real-engine, calibration or
 # study code (nor vLLM, aiohttp, W&B ... that those import)
 JOB_RUNNERS: Mapping[str, Callable[[Config, RunFolder], JobResult]] = MappingProxyType({
-    "serve": LazyRunner("harness.serve_job", "run_serve"),
+    "serve": LazyRunner("harness.serve_job", "run_serve_job"),
     "cache_study": LazyRunner("harness.studies.cache_hit", "run_cache_study"),
     "workload": LazyRunner("harness.workload_job", "run_workload"),
     "sim_study": LazyRunner("harness.studies.dispatch", "run_sim_study"),
@@ -224,6 +225,7 @@ def _run_job(cfg: DictConfig, ctx: JobContext, digest: str, signals: ReceivedSig
         with _figure_worker(typed) or nullcontext() as worker:
             result = JOB_RUNNERS[typed.job](typed, ctx.folder)
             figure_paths = _render_figures(ctx, typed, worker)
+        ctx.folder.wait_for_writes()  # a table the job left writing in the background (harness.serve_job)
         signals.check()  # a SIGTERM whose exception Python dropped (raised inside a __del__) still fails the job
         files = {**summary.files, **result.files,
                  **{figure_key(p): str(p.relative_to(ctx.folder.path)) for p in figure_paths}}
@@ -231,6 +233,8 @@ def _run_job(cfg: DictConfig, ctx: JobContext, digest: str, signals: ReceivedSig
                                       validity=result.validity, workload=result.workload, files=files)
         ctx.folder.write_summary(summary)
     except BaseException as exc:
+        with contextlib.suppress(BaseException):  # its file is not part of a failed job's results
+            ctx.folder.wait_for_writes()
         _fail(summary, ctx, failure_reason(exc))
         raise
     for name, path in summary.files.items():

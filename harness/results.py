@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from harness.atomic_files import write_atomically
+from harness.background_write import BackgroundWrite
 from harness.records import RequestRecord, RequestStatus, RunSummary
 from harness.redaction import redact
 from harness.result_files import REQUESTS_FILE, SUMMARY_FILE
@@ -249,11 +250,14 @@ def load_records(path: Path) -> list[RequestRecord]:
 
 
 class RunFolder:
-    """One job's output folder: ``results/<experiment>/<job>/``."""
+    """One job's output folder: ``results/<experiment>/<job>/``. A table may be written in the background
+    (:meth:`write_table_in_background`); :meth:`wait_for_writes` waits for every such write, and whoever
+    reports the folder complete (``summary.json``) calls it first."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
+        self._background: list[BackgroundWrite] = []
 
     def file(self, name: str) -> Path:
         return self.path / name
@@ -275,6 +279,22 @@ class RunFolder:
         else:
             raise ValueError(f"table name must end in .parquet or .csv, got {name!r}")
         return _atomic_write(self.path / name, write)
+
+    def write_table_in_background(self, name: str, table: Table | pd.DataFrame) -> None:
+        """Start :meth:`write_table` in a thread of its own (:mod:`harness.background_write`)."""
+        self._background.append(BackgroundWrite(self.path / name, lambda: self.write_table(name, table)))
+
+    def wait_for_writes(self) -> None:
+        """Wait for every background write to end; then raise the first one's error, if any failed."""
+        pending, self._background = self._background, []
+        errors: list[BaseException] = []
+        for write in pending:
+            try:
+                write.wait()
+            except BaseException as exc:  # noqa: BLE001 - every write is waited for, then the first error raised
+                errors.append(exc)
+        if errors:
+            raise errors[0]
 
     def write_point_rows(self, name: str, points: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]) -> Path:
         """Write every point's rows (dicts) as one table, a ``point`` column first: the file of ``pd.concat``

@@ -6,7 +6,9 @@ empty, are the workload's own arrivals. Every point's workload is built (and so 
 deployment is brought up, so that a bad trace fails in seconds instead of after a full server start; only
 the deployment-dependent preparation (context capping, predicted hit rate) happens once it is up. All points' records go to one ``requests.parquet`` with a
 ``point`` column; ``points.csv`` has one row of metrics per point. If a component dies, the records
-measured so far are still written, then the job fails. On a real engine (not the simulator) each point is
+measured so far are still written, then the job fails. The last point's ``requests.parquet`` is written
+in a thread while that point is summarised (:class:`_PointFiles`), and each point runs with the cyclic
+garbage collector paused (:mod:`harness.collector`). On a real engine (not the simulator) each point is
 watched by :class:`harness.host_load.HostLoadMonitor` (CPU used outside the job, steal time) and checked for
 overload; both go into its validity block and its ``outside_cpu_share``, ``steal_share`` and ``overloaded``
 columns.
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from harness.collector import collector_paused, thaw
 from harness.config import Config
 from harness.engines import open_deployment
 from harness.host_capacity import MeasuredCapacity, check_capacity_sizing, measure_capacity, sized_points
@@ -98,24 +101,34 @@ class ServedPoint:
     columns: RecordColumns | None = None  # the records as columns (harness.metrics), extracted once
 
 
+RecordsHook = Callable[[EngineResult, RecordColumns], None]
+
+
 def serve_point(cfg: Config, deployment: Deployment, folder: RunFolder, index: int, n_points: int,
-                rate: float | None, built: WorkloadRequests, capacity_rps: float | None = None) -> ServedPoint:
-    """Run one point on an open deployment and assess it (real engines: host load and overload too)."""
+                rate: float | None, built: WorkloadRequests, capacity_rps: float | None = None,
+                on_records: RecordsHook | None = None) -> ServedPoint:
+    """Run one point on an open deployment and assess it (real engines: host load and overload too).
+    ``on_records(result, columns)``, when given, is called once the point's records exist, before they are
+    summarised."""
     requests, prep = _prepare(built, deployment, cfg)
     label = f"point {index + 1}/{n_points}" + (f" at {rate:g} req/s" if rate else "")
     log.info("%s: %d requests, offered %.3f req/s", label, len(requests.specs), requests.schedule.offered_rate_rps)
     real = cfg.engine.name != "sim"
-    if real:
-        with HostLoadMonitor() as monitor:
+    with collector_paused():  # what the point keeps alive is never walked by the collector (harness.collector)
+        if real:
+            with HostLoadMonitor() as monitor:
+                result = deployment.run_point(requests, folder)
+            host_args: dict[str, Any] = {"host_load": monitor.result(), "check_overload": True,
+                                         "capacity_rps": capacity_rps}
+        else:
             result = deployment.run_point(requests, folder)
-        host_args: dict[str, Any] = {"host_load": monitor.result(), "check_overload": True, "capacity_rps": capacity_rps}
-    else:
-        result = deployment.run_point(requests, folder)
-        host_args = {}
-    columns = extract_columns(result.columns if result.columns is not None else result.records)
-    metrics = summarize(columns, cfg.slo, n_gpus=result.n_gpus)
-    validity = assess_validity(result.records, metrics, cfg.validity, result.invalid_reasons,
-                               offered_rate_rps=requests.schedule.offered_rate_rps, columns=columns, **host_args)
+            host_args = {}
+        columns = extract_columns(result.columns if result.columns is not None else result.records)
+        if on_records is not None:
+            on_records(result, columns)
+        metrics = summarize(columns, cfg.slo, n_gpus=result.n_gpus)
+        validity = assess_validity(result.records, metrics, cfg.validity, result.invalid_reasons,
+                                   offered_rate_rps=requests.schedule.offered_rate_rps, columns=columns, **host_args)
     row = {"point": index, "rate_rps": rate, "offered_rate_rps": requests.schedule.offered_rate_rps,
            **prep, **{f"engine_{k}": v for k, v in result.info.items()}, **metrics,
            "valid": validity["valid"], "validity_reasons": "; ".join(validity["reasons"])}
@@ -127,21 +140,67 @@ def serve_point(cfg: Config, deployment: Deployment, folder: RunFolder, index: i
     return ServedPoint(rate, requests, result, validity, row, columns)
 
 
+class _PointFiles:
+    """``requests.parquet`` and ``points.csv`` of a serving job's points. Each point's rows of
+    ``requests.parquet`` are kept as soon as its records exist; the last point's start the file's write in a
+    thread (:mod:`harness.background_write`: Arrow's encoding and the fsync run on the other core while the
+    point is summarised). :meth:`write` writes ``points.csv`` and waits for that write, or, when the run ended
+    before its last point's records, writes the points measured (nothing when there were none)."""
+
+    def __init__(self, folder: RunFolder, wait: bool) -> None:
+        self.folder = folder
+        self.wait = wait
+        self.frames: list[Table] = []
+        self._started = False
+
+    def records_hook(self, index: int, rate: float | None, last: bool) -> RecordsHook:
+        """The ``on_records`` of point ``index`` (``last``: the job's last point)."""
+        def keep(result: EngineResult, columns: RecordColumns) -> None:
+            self.frames.append(_point_frame(index, rate, result, columns))
+            if last:
+                self.folder.write_table_in_background(REQUESTS_FILE, Table.concat(self.frames))
+                self._started = True
+        return keep
+
+    def write(self, rows: list[dict[str, Any]]) -> None:
+        """Write ``points.csv`` (``rows``); wait for ``requests.parquet`` unless told not to (``wait``)."""
+        if not self.frames:
+            return
+        try:
+            self.folder.write_table(POINTS_FILE, Table.from_rows(rows))
+        finally:
+            if not self._started:
+                self.folder.write_table(REQUESTS_FILE, Table.concat(self.frames))
+            elif self.wait:
+                self.folder.wait_for_writes()
+
+
+def run_serve_job(cfg: Config, folder: RunFolder) -> JobResult:
+    """``job=serve`` as the harness runs it: :func:`run_serve` returning while ``requests.parquet`` may
+    still be written, so that the job's figure (drawn from ``points.csv`` alone:
+    ``figures.serving.plot_latency_vs_rate``) is drawn meanwhile; :func:`harness.app.run_job` waits for the
+    write before it writes ``summary.json``."""
+    return run_serve(cfg, folder, wait_for_writes=False)
+
+
 def run_serve(cfg: Config, folder: RunFolder,
               deployment_factory: Callable[[Any, RunFolder], Deployment] = open_deployment,
-              point_requests: PointRequests | None = None, served: list[ServedPoint] | None = None) -> JobResult:
+              point_requests: PointRequests | None = None, served: list[ServedPoint] | None = None,
+              wait_for_writes: bool = True) -> JobResult:
     """Run every point on one deployment and summarise each. ``point_requests`` (from
     :func:`build_point_requests`) are built here, before the deployment, when not given. With
     ``sweep.capacity_fractions`` the deployment's capacity is measured first and the points are sized to it
-    (:mod:`harness.host_capacity`). ``served``, when given, receives every :class:`ServedPoint`."""
+    (:mod:`harness.host_capacity`). ``served``, when given, receives every :class:`ServedPoint`. With
+    ``wait_for_writes=False`` it may return while ``requests.parquet`` is still being written (the caller
+    then calls ``folder.wait_for_writes()``); ``points.csv`` is written either way."""
     check_capacity_sizing(cfg)
     points = build_point_requests(cfg) if point_requests is None else point_requests
-    frames: list[Table] = []
     rows: list[dict[str, Any]] = []
     validities: list[dict[str, Any]] = []
     workload_stats: dict[str, Any] = {}
     last_columns: RecordColumns | None = None
     capacity: MeasuredCapacity | None = None
+    files = _PointFiles(folder, wait=wait_for_writes)
     with deployment_factory(cfg, folder) as deployment:
         try:
             if cfg.sweep.capacity_fractions:
@@ -150,10 +209,10 @@ def run_serve(cfg: Config, folder: RunFolder,
                 deployment.check_health()
             for index, (rate, built) in enumerate(points):
                 point = serve_point(cfg, deployment, folder, index, len(points), rate, built,
-                                    capacity.capacity_rps if capacity else None)
+                                    capacity.capacity_rps if capacity else None,
+                                    on_records=files.records_hook(index, rate, last=index == len(points) - 1))
                 if served is not None:
                     served.append(point)
-                frames.append(_point_frame(index, rate, point.result, point.columns))
                 rows.append(point.row)
                 validities.append(point.validity)
                 workload_stats = {**point.requests.stats, "offered_rate_rps": point.requests.schedule.offered_rate_rps,
@@ -162,9 +221,10 @@ def run_serve(cfg: Config, folder: RunFolder,
                 last_columns = point.columns
                 deployment.check_health()
         finally:
-            if frames:  # keep what was measured, even when a component died mid-run
-                folder.write_table(REQUESTS_FILE, Table.concat(frames))
-                folder.write_table(POINTS_FILE, Table.from_rows(rows))
+            try:
+                files.write(rows)  # what was measured, even when a component died mid-run
+            finally:
+                thaw()  # the points' objects, frozen by serve_point, go back to the collector
     published = cfg.logger.name != "none"  # DataFrames (and pandas) only for a tracker to publish
     if len(rows) == 1:
         metrics_out: dict[str, Any] = dict(rows[0])

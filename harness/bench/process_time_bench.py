@@ -48,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +62,7 @@ MACHINES, HARDWARE, MODEL = 4, "h100_80gb", "llama2_70b"  # case (c), in splitwi
 DEFAULT_PEER_PYTHON = "/tmp/peers-venv/bin/python"  # docs/peers.md's install location
 DEFAULT_SPLITWISE_SIM = "/tmp/peers/splitwise-sim"
 EXEC_TIME_ENV = "PROCESS_TIME_BENCH_EXEC"  # wall clock (time.time) just before the child was started
+IN_A_THREAD = ", in a thread"  # the label of a stage run in another thread than the main one
 OUT_ENV = "PROCESS_TIME_BENCH_OUT"  # where the breakdown child writes its stage times (JSON)
 OURS_SHIPPED = "ours, as shipped (with figures)"
 OURS_SAME_WORK = "ours, same work as the peer (figures off; the peer draws none)"
@@ -82,45 +84,59 @@ STAGES = (
     ("summary, validity", "harness.serve_job", "request_frame"),
     ("tables (parquet, csv)", "harness.serve_job", "_point_frame"),
     ("tables (parquet, csv)", "harness.results", "RunFolder.write_table"),
+    ("wait for the background write", "harness.results", "RunFolder.wait_for_writes"),
     # the figure process (harness.figure_worker) imports while the job runs: this is the wait for its answer
     ("figures (wait for the figure process)", "harness.figure_worker", "FigureWorker.render"),
 )
 
 
 class StageTimer:
-    """Wall and CPU seconds per stage, each call's nested stages taken out of it."""
+    """Wall and CPU seconds per stage, each call's nested stages taken out of it. Each thread has its own
+    stack of open calls and counts its own CPU time; a stage run in another thread than the main one (a
+    background write) is counted apart, as overlapping the main thread's stages."""
 
     def __init__(self) -> None:
         self.totals: dict[str, list[float]] = {}
-        self._stack: list[list[float]] = []  # per open call: [nested wall, nested cpu]
+        self._open = threading.local()  # .stack: per open call of this thread, [nested wall, nested cpu]
 
     def add(self, label: str, wall: float, cpu: float) -> None:
         total = self.totals.setdefault(label, [0.0, 0.0])
         total[0] += wall
         total[1] += cpu
 
+    def _stack(self) -> list[list[float]]:
+        if not hasattr(self._open, "stack"):
+            self._open.stack = []
+        return self._open.stack
+
     def wrap(self, owner: Any, attr: str, label: str) -> None:
         fn = getattr(owner, attr)
 
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            wall0, cpu0 = _clocks()
-            self._stack.append([0.0, 0.0])
+            stack = self._stack()
+            wall0, cpu0 = _thread_clocks()
+            stack.append([0.0, 0.0])
             try:
                 return fn(*args, **kwargs)
             finally:
-                wall, cpu = (x - y for x, y in zip(_clocks(), (wall0, cpu0), strict=True))
-                nested = self._stack.pop()
-                self.add(label, wall - nested[0], cpu - nested[1])
-                if self._stack:
-                    self._stack[-1][0] += wall
-                    self._stack[-1][1] += cpu
+                wall, cpu = (x - y for x, y in zip(_thread_clocks(), (wall0, cpu0), strict=True))
+                nested = stack.pop()
+                in_main = threading.current_thread() is threading.main_thread()
+                self.add(label if in_main else f"{label}{IN_A_THREAD}", wall - nested[0], cpu - nested[1])
+                if stack:
+                    stack[-1][0] += wall
+                    stack[-1][1] += cpu
 
         setattr(owner, attr, timed)
 
 
 def _clocks() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
+
+
+def _thread_clocks() -> tuple[float, float]:
+    return time.perf_counter(), time.thread_time()
 
 
 def breakdown_child(argv: list[str]) -> int:
@@ -226,6 +242,7 @@ def print_breakdown(b: dict[str, Any]) -> None:
     for label in ("imports", "hydra", *dict.fromkeys(s[0] for s in STAGES if s[0] not in ("hydra", "job")), "job"):
         if label in stages:
             rows.append((labels.get(label, label), *stages[label]))
+    threads = [(label, *times) for label, times in stages.items() if label.endswith(IN_A_THREAD)]
     rows.append(("exit (after the job, interpreter shutdown)", process["wall_s"] - b["start_s"] - b["in_python_wall_s"],
                  nan))
     print(f"  our process, stage by stage (one more run, with timers: {process['wall_s']:.2f} s wall, "
@@ -233,6 +250,8 @@ def print_breakdown(b: dict[str, Any]) -> None:
     for label, wall, cpu in rows:
         cpu_text = "" if cpu != cpu else f"  {cpu:6.2f} s CPU"
         print(f"    {label:<70} {wall:6.2f} s wall{cpu_text}")
+    for label, wall, cpu in threads:  # not in the process's sequence: they overlap the stages above
+        print(f"    {label:<70} {wall:6.2f} s wall  {cpu:6.2f} s CPU (overlaps the stages above)")
 
 
 def print_ours(label: str, ours: list[dict[str, float]], theirs: list[dict[str, float]]) -> None:

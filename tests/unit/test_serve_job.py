@@ -1,7 +1,10 @@
 """The serving job's orchestration, driven by a scripted deployment (a test double that fabricates
-timings from the schedule): points, per-point metrics, partial records on failure, the figure."""
+timings from the schedule): points, per-point metrics, partial records on failure, the figure, and the
+last point's records written in the background."""
 
 from __future__ import annotations
+
+import threading
 
 import pandas as pd
 import pytest
@@ -116,3 +119,70 @@ def test_late_sends_make_the_points_invalid(make_cfg, tmp_path):
 def test_rate_sweep_needs_a_rate_driven_arrival(make_cfg):
     with pytest.raises(ConfigError, match="sweep.rates_rps: sets the rate of a poisson or gamma arrival process"):
         make_cfg([1.0], "workload.arrival.kind=closed_loop", "workload.arrival.concurrency=2")
+
+
+def test_the_serving_figure_is_drawn_from_points_csv_alone(make_cfg, tmp_path):
+    """``job=serve`` draws its figure while ``requests.parquet`` may still be written (run_serve_job)."""
+    run_serve(make_cfg([2.0, 8.0]), RunFolder(tmp_path), lambda cfg, folder: ScriptedDeployment())
+    (tmp_path / REQUESTS_FILE).unlink()
+    assert {p.name for p in plot_latency_vs_rate(tmp_path)} == {"latency_vs_rate.png", "latency_vs_rate.csv"}
+
+
+def test_records_written_in_the_background_are_the_same_file(make_cfg, tmp_path):
+    waited, deferred = tmp_path / "waited", tmp_path / "deferred"
+    run_serve(make_cfg([2.0, 8.0]), RunFolder(waited), lambda cfg, folder: ScriptedDeployment())
+    folder = RunFolder(deferred)
+    run_serve(make_cfg([2.0, 8.0]), folder, lambda cfg, f: ScriptedDeployment(), wait_for_writes=False)
+    assert (deferred / POINTS_FILE).is_file()
+    folder.wait_for_writes()
+    assert (deferred / REQUESTS_FILE).read_bytes() == (waited / REQUESTS_FILE).read_bytes()
+    assert (deferred / POINTS_FILE).read_bytes() == (waited / POINTS_FILE).read_bytes()
+
+
+def test_a_last_point_that_fails_after_its_records_keeps_them(make_cfg, tmp_path, monkeypatch):
+    """The last point's records start their write before it is summarised; a failure in its summary still
+    leaves them written, and the write ended, when run_serve raises."""
+    import harness.serve_job as serve_job
+
+    calls = []
+    real_summarize = serve_job.summarize
+
+    def summarize(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("summary failed")
+        return real_summarize(*args, **kwargs)
+
+    monkeypatch.setattr(serve_job, "summarize", summarize)
+    with pytest.raises(RuntimeError, match="summary failed"):
+        run_serve(make_cfg([2.0, 8.0]), RunFolder(tmp_path), lambda cfg, folder: ScriptedDeployment())
+    assert not [t for t in threading.enumerate() if t.name == f"write {REQUESTS_FILE}"]
+    assert pd.read_parquet(tmp_path / REQUESTS_FILE)["point"].unique().tolist() == [0, 1]
+    assert len(pd.read_csv(tmp_path / POINTS_FILE)) == 1
+
+
+def test_a_failed_background_write_fails_the_job(compose, tmp_path, monkeypatch):
+    """``python -m harness job=serve``: a ``requests.parquet`` that cannot be written (disk full) ends the
+    job ``failed`` with the reason, although the job itself returned."""
+    import json
+
+    from harness.app import JobContext, run_job
+    from harness.tables import Table
+
+    real_write_parquet = Table.write_parquet
+
+    def write_parquet(self, path):
+        if f".{REQUESTS_FILE}." in str(path):
+            raise OSError(28, "No space left on device")
+        return real_write_parquet(self, path)
+
+    monkeypatch.setattr(Table, "write_parquet", write_parquet)
+    overrides = [*WORKLOAD, "engine=sim", "figures=false"]
+    ctx = JobContext(folder=RunFolder(tmp_path), experiment="e", job="job", choices={}, overrides=overrides)
+    with pytest.raises(OSError, match="No space left"):
+        run_job(compose(overrides, validated=False), ctx)
+    summary = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))
+    assert summary["status"] == "failed"
+    assert "No space left on device" in summary["reason"]
+    assert (tmp_path / POINTS_FILE).is_file() and not (tmp_path / REQUESTS_FILE).exists()
+    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
