@@ -69,3 +69,39 @@ def test_the_collector_runs_again_after_an_error_in_the_pause() -> None:
     with pytest.raises(ValueError), collector_paused():
         raise ValueError("the point failed")
     assert gc.isenabled()
+
+
+def test_importing_the_entry_point_leaves_the_collector_alone() -> None:
+    """``harness/__main__.py`` pauses the collector only when run as ``python -m harness``."""
+    gc.enable()
+    import harness.__main__  # noqa: F401
+
+    assert gc.isenabled()
+
+
+def test_python_m_harness_runs_its_job_with_the_collector_on(tmp_path) -> None:
+    """Paused for the imports and the composition, the collector runs again once the job starts: a shim
+    (``sitecustomize``) records, at exit, whether it ran and whether it was on."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    out = tmp_path / "gc.json"
+    (shim / "sitecustomize.py").write_text(
+        "import atexit, gc, json\n"
+        "seen = []\n"
+        "gc.callbacks.append(lambda phase, info: seen.append(info['generation']) if phase == 'stop' else None)\n"
+        f"atexit.register(lambda: open({str(out)!r}, 'w').write(json.dumps("
+        "{'enabled': gc.isenabled(), 'collections': len(seen)})))\n")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "harness", "job=workload", f"hydra.run.dir={tmp_path / 'job'}"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(out.read_text(encoding="utf-8"))
+    assert seen["enabled"] is True
+    assert seen["collections"] > 0  # the job ran with it on
