@@ -25,7 +25,9 @@ them: Python's bytecode caches written (``PYTHONDONTWRITEBYTECODE`` is cleared f
 module changed since its cache was last written is compiled again in every timed run) and the
 files in the page cache.
 It prints each run, the medians (wall and CPU) of each side, ours against the 3 s target and the ratio
-peer / ours (target >= 8) for both of ours, each labelled, then where our process spends its time: one more
+peer / ours (target >= 8) for both of ours, each labelled, with the median of each turn's ratio beside it
+(the two runs of a turn are timed one after the other, so a drift in the machine's speed over the run
+moves both), then where our process spends its time: one more
 run of (a) with timers around its stages (``--breakdown-child``: the same ``python -m harness`` in a fresh
 interpreter, its functions wrapped), so the breakdown's total is a little above a plain run's. (A single
 run composes its config once: :mod:`harness.one_composition`.) ``--no-figures-only`` times (a') alone of
@@ -263,6 +265,15 @@ def print_ours(label: str, ours: list[dict[str, float]], theirs: list[dict[str, 
         ratio = _median(theirs, "wall_s") / ours_wall
         print(f"    peer / {SHORT[label]}: {ratio:.1f} x wall, {_median(theirs, 'cpu_s') / ours_cpu:.1f} x CPU (target "
               f">= {TARGET_RATIO:g} x): {'met' if ratio >= TARGET_RATIO else 'NOT met'}")
+        paired = paired_ratios(ours, theirs)
+        print(f"    the same, turn by turn (each turn's peer / ours, a machine whose speed drifts between turns moves "
+              f"both sides of a turn alike): median {statistics.median(paired):.1f} x wall (turns: "
+              f"{', '.join(f'{r:.1f}' for r in paired)})")
+
+
+def paired_ratios(ours: list[dict[str, float]], theirs: list[dict[str, float]]) -> list[float]:
+    """peer / ours wall time of each turn (the two runs of a turn are timed one just after the other)."""
+    return [t["wall_s"] / o["wall_s"] for o, t in zip(ours, theirs, strict=True)]
 
 
 def find_splitwise(args: argparse.Namespace) -> Any:

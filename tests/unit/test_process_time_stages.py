@@ -1,6 +1,6 @@
 """The stage timer of ``harness.bench.process_time_bench``: a stage's nested stages are taken out of it,
 and a stage run in another thread (a background write) is counted apart from the main thread's stages,
-with that thread's own CPU time."""
+with that thread's own CPU time; the turn-by-turn ratios divide each turn's peer time by ours."""
 
 from __future__ import annotations
 
@@ -41,3 +41,11 @@ def test_a_stage_in_another_thread_is_counted_apart_with_its_own_cpu() -> None:
     assert set(timer.totals) == {"tables", f"tables{IN_A_THREAD}"}
     assert timer.totals[f"tables{IN_A_THREAD}"][1] >= 0.06
     assert timer.totals["tables"][1] < 0.06  # the thread's CPU is not the main thread's
+
+
+def test_paired_ratios_divide_each_turns_peer_by_ours() -> None:
+    from harness.bench.process_time_bench import paired_ratios
+
+    ours = [{"wall_s": 2.0}, {"wall_s": 1.0}]
+    theirs = [{"wall_s": 16.0}, {"wall_s": 9.0}]
+    assert paired_ratios(ours, theirs) == [8.0, 9.0]
