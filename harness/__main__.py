@@ -41,6 +41,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.app import JobContext, context_from_hydra, run_job, signal_name
+from harness.collector import release_frozen
 from harness.config import register_configs
 from harness.errors import UserError
 from harness.one_composition import install as compose_once
@@ -83,6 +84,9 @@ def main(cfg: DictConfig) -> None:
             raise
         # continue on error: the job's summary.json says failed and why; the sweep's exit status counts it
         log.exception("sweep job %s failed (summary: %s)", ctx.job, ctx.folder.path / "summary.json")
+    finally:
+        if ctx.multirun:  # another job may follow in this process: what this one froze goes back to the collector
+            release_frozen()
 
 
 def _launch_directory() -> None:

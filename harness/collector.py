@@ -6,8 +6,10 @@ with the collector paused; resumed, it walks every one of them, once as young ob
 ones and once more in a full collection, and finds nothing to free (about 0.15 s of a 2.4 s process on a
 slow machine, seconds at a million requests). :func:`collector_paused` pauses it for a whole point and,
 on leaving, freezes (``gc.freeze``) what is still alive before resuming it, so the collector never walks
-those objects. :func:`thaw` hands them back (``gc.unfreeze``) once the job no longer needs them, so that a
-process running many jobs (a sweep in one process, the tests) still collects their cyclic garbage.
+those objects. :func:`release_frozen` hands them back (``gc.unfreeze``) and collects at once: a process that
+goes on to other work (the next job of a sweep run in one process, the next deployment of a comparison, the
+tests) must call it, or the cyclic garbage among them would stay frozen, and be frozen again with the next
+point's objects, job after job. A single ``python -m harness`` run ends instead, and skips that collection.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def thaw() -> None:
-    """Hand every frozen object back to the collector (as the oldest generation: walked again only by a
-    full collection), so that cyclic garbage among them can be collected."""
+def release_frozen() -> None:
+    """Hand every frozen object back to the collector and collect: the cyclic garbage among them (a finished
+    point's simulation) is freed now, before another point could freeze it again."""
     gc.unfreeze()
+    gc.collect()

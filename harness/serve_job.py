@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from harness.collector import collector_paused, thaw
+from harness.collector import collector_paused, release_frozen
 from harness.config import Config
 from harness.engines import open_deployment
 from harness.host_capacity import MeasuredCapacity, check_capacity_sizing, measure_capacity, sized_points
@@ -179,52 +179,74 @@ def run_serve_job(cfg: Config, folder: RunFolder) -> JobResult:
     """``job=serve`` as the harness runs it: :func:`run_serve` returning while ``requests.parquet`` may
     still be written, so that the job's figure (drawn from ``points.csv`` alone:
     ``figures.serving.plot_latency_vs_rate``) is drawn meanwhile; :func:`harness.app.run_job` waits for the
-    write before it writes ``summary.json``."""
-    return run_serve(cfg, folder, wait_for_writes=False)
+    write before it writes ``summary.json``. The points' frozen objects are left to ``python -m harness``,
+    which releases them only when another job follows in the same process (a sweep)."""
+    return run_serve(cfg, folder, wait_for_writes=False, release=False)
+
+
+@dataclass
+class _ServedPoints:
+    """What :func:`_serve_points` measured: each point's row and validity, the last point's workload
+    statistics and columns, and the capacity the points were sized to."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    validities: list[dict[str, Any]] = field(default_factory=list)
+    workload_stats: dict[str, Any] = field(default_factory=dict)
+    last_columns: RecordColumns | None = None
+    capacity: MeasuredCapacity | None = None
+
+
+def _serve_points(cfg: Config, folder: RunFolder, deployment_factory: Callable[[Any, RunFolder], Deployment],
+                  points: PointRequests, files: _PointFiles, served: list[ServedPoint] | None) -> _ServedPoints:
+    """Bring the deployment up, run every point on it and write the points' files (also when a point fails).
+    Nothing of the deployment outlives this call but what ``served`` receives."""
+    done = _ServedPoints()
+    with deployment_factory(cfg, folder) as deployment:
+        try:
+            if cfg.sweep.capacity_fractions:
+                done.capacity = measure_capacity(deployment, cfg, folder)
+                points = sized_points(cfg, done.capacity)
+                deployment.check_health()
+            for index, (rate, built) in enumerate(points):
+                point = serve_point(cfg, deployment, folder, index, len(points), rate, built,
+                                    done.capacity.capacity_rps if done.capacity else None,
+                                    on_records=files.records_hook(index, rate, last=index == len(points) - 1))
+                if served is not None:
+                    served.append(point)
+                done.rows.append(point.row)
+                done.validities.append(point.validity)
+                done.workload_stats = {**point.requests.stats,
+                                       "offered_rate_rps": point.requests.schedule.offered_rate_rps,
+                                       **{k: point.row[k] for k in ("n_prompt_capped", "n_output_capped",
+                                                                    "predicted_prefix_hit_rate") if k in point.row}}
+                done.last_columns = point.columns
+                deployment.check_health()
+        finally:
+            files.write(done.rows)  # what was measured, even when a component died mid-run
+    return done
 
 
 def run_serve(cfg: Config, folder: RunFolder,
               deployment_factory: Callable[[Any, RunFolder], Deployment] = open_deployment,
               point_requests: PointRequests | None = None, served: list[ServedPoint] | None = None,
-              wait_for_writes: bool = True) -> JobResult:
+              wait_for_writes: bool = True, release: bool = True) -> JobResult:
     """Run every point on one deployment and summarise each. ``point_requests`` (from
     :func:`build_point_requests`) are built here, before the deployment, when not given. With
     ``sweep.capacity_fractions`` the deployment's capacity is measured first and the points are sized to it
     (:mod:`harness.host_capacity`). ``served``, when given, receives every :class:`ServedPoint`. With
     ``wait_for_writes=False`` it may return while ``requests.parquet`` is still being written (the caller
-    then calls ``folder.wait_for_writes()``); ``points.csv`` is written either way."""
+    then calls ``folder.wait_for_writes()``); ``points.csv`` is written either way. Each point's objects are
+    frozen (:func:`serve_point`); ``release`` hands them back to the collector at the end
+    (:func:`harness.collector.release_frozen`), which a caller that goes on to other work needs."""
     check_capacity_sizing(cfg)
     points = build_point_requests(cfg) if point_requests is None else point_requests
-    rows: list[dict[str, Any]] = []
-    validities: list[dict[str, Any]] = []
-    workload_stats: dict[str, Any] = {}
-    last_columns: RecordColumns | None = None
-    capacity: MeasuredCapacity | None = None
-    files = _PointFiles(folder, wait=wait_for_writes)
-    with deployment_factory(cfg, folder) as deployment:
-        try:
-            if cfg.sweep.capacity_fractions:
-                capacity = measure_capacity(deployment, cfg, folder)
-                points = sized_points(cfg, capacity)
-                deployment.check_health()
-            for index, (rate, built) in enumerate(points):
-                point = serve_point(cfg, deployment, folder, index, len(points), rate, built,
-                                    capacity.capacity_rps if capacity else None,
-                                    on_records=files.records_hook(index, rate, last=index == len(points) - 1))
-                if served is not None:
-                    served.append(point)
-                rows.append(point.row)
-                validities.append(point.validity)
-                workload_stats = {**point.requests.stats, "offered_rate_rps": point.requests.schedule.offered_rate_rps,
-                                  **{k: point.row[k] for k in ("n_prompt_capped", "n_output_capped",
-                                                               "predicted_prefix_hit_rate") if k in point.row}}
-                last_columns = point.columns
-                deployment.check_health()
-        finally:
-            try:
-                files.write(rows)  # what was measured, even when a component died mid-run
-            finally:
-                thaw()  # the points' objects, frozen by serve_point, go back to the collector
+    try:
+        done = _serve_points(cfg, folder, deployment_factory, points, _PointFiles(folder, wait=wait_for_writes), served)
+    finally:
+        if release:  # the points' objects, frozen by serve_point, go back to the collector (the cluster's too)
+            release_frozen()
+    rows, validities, last_columns, capacity = done.rows, done.validities, done.last_columns, done.capacity
+    workload_stats = done.workload_stats
     published = cfg.logger.name != "none"  # DataFrames (and pandas) only for a tracker to publish
     if len(rows) == 1:
         metrics_out: dict[str, Any] = dict(rows[0])
