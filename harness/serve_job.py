@@ -245,20 +245,19 @@ def run_serve(cfg: Config, folder: RunFolder,
     finally:
         if release:  # the points' objects, frozen by serve_point, go back to the collector (the cluster's too)
             release_frozen()
-    rows, validities, last_columns, capacity = done.rows, done.validities, done.last_columns, done.capacity
-    workload_stats = done.workload_stats
+    rows, validities = done.rows, done.validities
     published = cfg.logger.name != "none"  # DataFrames (and pandas) only for a tracker to publish
     if len(rows) == 1:
         metrics_out: dict[str, Any] = dict(rows[0])
         validity_out = validities[0]
-        tables = {"requests": request_frame(last_columns if last_columns is not None else ())} if published else {}
+        tables = {"requests": request_frame(done.last_columns if done.last_columns is not None else ())} if published else {}
     else:
         metrics_out = {"points": rows}
         validity_out = {"valid": all(v["valid"] for v in validities),
                         "reasons": [f"point {i}: {r}" for i, v in enumerate(validities) for r in v["reasons"]],
                         "points": validities}
         tables = {"points": Table.from_rows(rows).to_pandas()} if published else {}
-    if capacity is not None:
-        metrics_out = {**metrics_out, **capacity.as_row()}
-    return JobResult(metrics=metrics_out, validity=validity_out, workload=workload_stats,
+    if done.capacity is not None:
+        metrics_out = {**metrics_out, **done.capacity.as_row()}
+    return JobResult(metrics=metrics_out, validity=validity_out, workload=done.workload_stats,
                      files={"requests": REQUESTS_FILE, "points": POINTS_FILE}, tables=tables)
