@@ -8,9 +8,17 @@ same at every size), prompt lengths uniform in 256..3,071 tokens, output lengths
 most 1,024), and prompts that start with one of ``8 x instances`` shared prefixes of two 256-token blocks
 (followed by blocks of their own), so cache-aware choices have something to find.
 
+Records, as ``--records`` says: ``columns`` (default) gathers them as the columns a serving job reads
+(:func:`systems.sim.record_columns.record_columns`: what an ``engine=sim`` point builds before its summary
+and ``requests.parquet``), kept to the end of the case, so their memory counts; ``objects`` makes one
+``RequestRecord`` per request (what the simulator studies read, ``SimRun.records``). Either way the cyclic
+garbage collector stays paused from the simulation to the end of the case, as a serving point holds it
+(:func:`harness.collector.collector_paused`): resumed after the simulation, it would walk every object the
+run made (seconds at a million requests) and free none, which no serving job pays.
+
 Cases:
-  (1) scaling: seconds of wall time per 1,000 requests (building the cluster, simulating, and turning every
-      request into a ``RequestRecord``) at 16, 64, 256 and 1,024 instances, the same ``--requests`` at every size
+  (1) scaling: seconds of wall time per 1,000 requests (building the cluster, simulating, and the records)
+      at 16, 64, 256 and 1,024 instances, the same ``--requests`` at every size
       (so only the cluster size changes: a smaller cluster serves them over a longer time at the same load per
       instance; the footprint of a run grows with its requests, which alone costs up to ~20% per request on a
       small-cache machine), for the designs whose choices look at instances: the vLLM baseline's router (least
@@ -20,15 +28,14 @@ Cases:
       queue gets long). Prints the medians of ``--repeats`` runs, in wall seconds and in CPU seconds of the
       process (steadier on a shared machine), and the ratio 1,024 vs 16 instances (target <= 1.3x);
   (2) 1,000,000 requests through 1,024 instances of the vLLM baseline (least outstanding): target <= 60 s wall
-      and <= 4 GiB peak RSS. Its records are built one at a time and dropped (the cost of building them is
-      counted, their memory is not: a run that keeps them holds a ``RequestRecord`` and a tuple of token times
-      per request on top).
+      and <= 4 GiB peak RSS. With ``--records objects`` its records are built one at a time and dropped (the
+      cost of building them is counted, their memory is not: a run that keeps them holds a ``RequestRecord``
+      and a tuple of token times per request on top).
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import resource
 import statistics
@@ -90,46 +97,58 @@ def _counts(design: str, n_instances: int) -> list[str]:
     return [f"{ROLE_KEYS[role]}={max(1, round(n_instances * share))}" for role, share in roles.items()]
 
 
-def run_case(design: str, n_instances: int, n_requests: int, keep_records: bool = True) -> dict[str, Any]:
-    """One case in this process: timings and peak RSS."""
+RECORDS = ("columns", "objects")
+
+
+def run_case(design: str, n_instances: int, n_requests: int, records: str = "columns",
+             keep_records: bool = True) -> dict[str, Any]:
+    """One case in this process: timings and peak RSS. ``records``: one of :data:`RECORDS` (see the module
+    docstring); ``keep_records=False`` drops each ``RequestRecord`` as soon as it is made (``objects`` only)."""
+    from harness.collector import collector_paused
     from harness.studies.variants import compose_variant
+    from systems.sim.record_columns import record_columns
     from systems.sim.simulation import SimulatedCluster
 
     spec = DESIGNS[design]
     # warm-up, not timed: a small run of the same design takes the one-off costs (first calls, allocations)
     small = compose_variant([*spec["overrides"], *_counts(design, 8)])
-    SimulatedCluster(small).run(synthetic_specs(400, spec["rate"] * 8, 64, seed=1))[1].records()
+    record_columns(SimulatedCluster(small).run(synthetic_specs(400, spec["rate"] * 8, 64, seed=1))[1].requests)
     cfg = compose_variant([*spec["overrides"], *_counts(design, n_instances)])
     t0 = time.perf_counter()
     specs = synthetic_specs(n_requests, spec["rate"] * n_instances, 8 * n_instances)
-    t1, c1 = time.perf_counter(), time.process_time()
-    cluster = SimulatedCluster(cfg)
-    _, run = cluster.run(specs)
-    t2, c2 = time.perf_counter(), time.process_time()
-    del specs
-    if keep_records:
-        records = run.records()
-        ok = sum(r.status == "ok" for r in records)
-        tokens = sum(r.n_out for r in records)
-    else:  # one record at a time, dropped at once (the collector paused, as SimRun.records does)
-        ok = tokens = 0
-        gc.disable()
-        for req in run.requests:
-            r = req.to_record()
-            ok += r.status == "ok"
-            tokens += r.n_out
-        gc.enable()
-    t3, c3 = time.perf_counter(), time.process_time()
-    return {"design": design, "instances": int(run.info["n_instances"]), "requests": n_requests, "ok": ok,
-            "tokens": tokens, "generate_s": t1 - t0, "simulate_s": t2 - t1, "records_s": t3 - t2,
+    with collector_paused():  # as a serving point runs (harness.serve_job.serve_point)
+        t1, c1 = time.perf_counter(), time.process_time()
+        cluster = SimulatedCluster(cfg)
+        _, run = cluster.run(specs)
+        t2, c2 = time.perf_counter(), time.process_time()
+        del specs
+        kept: Any = None
+        if records == "columns":
+            kept = record_columns(run.requests)
+            ok = int((kept.fields["status"] == "ok").sum())
+            tokens = int(kept.n_chunks.sum())
+        elif keep_records:
+            kept = run.records()
+            ok = sum(r.status == "ok" for r in kept)
+            tokens = sum(r.n_out for r in kept)
+        else:  # one record at a time, dropped at once
+            ok = tokens = 0
+            for req in run.requests:
+                r = req.to_record()
+                ok += r.status == "ok"
+                tokens += r.n_out
+        t3, c3 = time.perf_counter(), time.process_time()
+    return {"design": design, "instances": int(run.info["n_instances"]), "requests": n_requests, "records": records,
+            "ok": ok, "tokens": tokens, "generate_s": t1 - t0, "simulate_s": t2 - t1, "records_s": t3 - t2,
             "total_s": t3 - t1, "total_cpu_s": c3 - c1, "simulate_cpu_s": c2 - c1, "records_cpu_s": c3 - c2,
             "events": run.info["events"],
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def _subprocess(design: str, n_instances: int, n_requests: int, keep_records: bool = True) -> dict[str, Any]:
+def _subprocess(design: str, n_instances: int, n_requests: int, records: str,
+                keep_records: bool = True) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "harness.bench.sim_scale_bench", "--case", design, "--instances", str(n_instances),
-           "--case-requests", str(n_requests)]
+           "--case-requests", str(n_requests), "--records", records]
     if not keep_records:
         cmd.append("--drop-records")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -145,20 +164,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--million", type=int, default=1_000_000, help="requests of case (2)")
     parser.add_argument("--skip-million", action="store_true")
     parser.add_argument("--skip-scaling", action="store_true")
+    parser.add_argument("--records", choices=RECORDS, default="columns",
+                        help="how the records are made: as a serving job's columns, or one RequestRecord each")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--instances", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--case-requests", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--drop-records", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.case:
-        print(json.dumps(run_case(args.case, args.instances, args.case_requests, not args.drop_records)))
+        print(json.dumps(run_case(args.case, args.instances, args.case_requests, args.records,
+                                  not args.drop_records)))
         return 0
     if not args.skip_scaling:
-        print(f"(1) seconds per 1,000 requests, {args.requests:,} requests at every size, median of {args.repeats}")
+        print(f"(1) seconds per 1,000 requests, {args.requests:,} requests at every size, median of {args.repeats}, "
+              f"records as {args.records}")
         for design in args.designs:
             wall, cpu = {}, {}
             for n in args.sizes:
-                runs = [_subprocess(design, n, args.requests) for _ in range(args.repeats)]
+                runs = [_subprocess(design, n, args.requests, args.records) for _ in range(args.repeats)]
                 wall[n] = statistics.median(r["total_s"] / r["requests"] * 1000 for r in runs)
                 cpu[n] = statistics.median(r["total_cpu_s"] / r["requests"] * 1000 for r in runs)
                 r = runs[0]
@@ -170,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {design:<10} ratio {hi} vs {lo} instances: {wall[hi] / wall[lo]:.2f}x wall, "
                   f"{cpu[hi] / cpu[lo]:.2f}x cpu (target <= 1.3x)", flush=True)
     if not args.skip_million:
-        print(f"(2) {args.million:,} requests through 1,024 instances (vLLM baseline, least outstanding)")
-        r = _subprocess("baseline", 1024, args.million, keep_records=False)
+        print(f"(2) {args.million:,} requests through 1,024 instances (vLLM baseline, least outstanding), records as "
+              f"{args.records}")
+        r = _subprocess("baseline", 1024, args.million, args.records, keep_records=False)
         print(f"    generate {r['generate_s']:.1f} s (not counted), simulate {r['simulate_s']:.1f} s, records "
               f"{r['records_s']:.1f} s, total {r['total_s']:.1f} s wall, {r['total_cpu_s']:.1f} s cpu "
               f"(target <= 60 s), peak RSS "

@@ -229,6 +229,7 @@ class Cluster(InstanceHooks):
         self._memo: dict[tuple[int, int, int], float] = {}
         self._view_instances: list[SimInstance] = []
         self._block_size = 0
+        self._keyed = False  # requests get prefix-cache keys (prefix caching or a KV pool)
         self.requests: list[SimRequest] = []
         self._arrivals: list[SimRequest] = []  # the requests by arrival time (then request order)
         self._ticks: list[tuple[float, list[dict[str, Any]]]] = []  # each sampling instant and its rows
@@ -360,8 +361,10 @@ class Cluster(InstanceHooks):
     def _run(self, specs: Sequence[RequestSpec], progress: bool) -> SimRun:
         block_sizes = {s.block_size for s in specs}
         self._size_caches(max(block_sizes) if block_sizes else 512)
-        self.requests = [SimRequest(s, request_keys(s) if self.setup.prefix_caching or self.has_pool else ())
-                         for s in specs]
+        # a request's prefix-cache keys are made when it arrives and dropped when it finishes: a long run holds
+        # those of the requests in flight, not one tuple per request
+        self._keyed = self.setup.prefix_caching or self.has_pool
+        self.requests = [SimRequest(s, ()) for s in specs]
         last_arrival = 0.0
         for req in self.requests:
             arrival = req.spec.arrival_s
@@ -475,6 +478,8 @@ class Cluster(InstanceHooks):
         if limit is not None and req.prompt + req.out_len > limit:
             self._fail(req, now, f"prompt + output ({req.prompt} + {req.out_len} tokens) exceeds model.max_model_len {limit}")
             return
+        if self._keyed:
+            req.keys = request_keys(req.spec)
         if self.disaggregated:
             self._arrive_disaggregated(now, req)
             return
@@ -1006,6 +1011,7 @@ class Cluster(InstanceHooks):
             self._decode_s_n += 1
         if self._router_on_finished:
             self.setup.router.on_finished(RouteRequest(req.spec.request_id, req.keys, req.prompt), inst.role_index)
+        req.keys = ()  # no cache looks them up again
 
     def on_failed(self, inst: SimInstance, req: SimRequest, now: float, reason: str) -> None:
         inst.touch()

@@ -80,7 +80,7 @@ class SimRequest:
 
     def __init__(self, spec: RequestSpec, keys: tuple[int, ...]) -> None:
         self.spec = spec
-        self.keys = keys  # chained keys of the prompt's full blocks
+        self.keys = keys  # chained keys of the prompt's full blocks (a cluster sets them at arrival, drops them at the finish)
         self.prompt = spec.input_length
         self.out_len = max(spec.output_length, 1)
         self.status = RequestStatus.UNFINISHED

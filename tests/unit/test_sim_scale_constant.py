@@ -69,6 +69,25 @@ def test_short_segments_timed_in_python_give_the_array_floats(model: PerfModel) 
         assert list(got) == _array_ends(model, b, c, n, now)  # exact: the same floats
 
 
+@pytest.mark.parametrize(("b", "c", "n", "bound"), [
+    (4, 1_000, 30, "memory"),  # memory at every step: the loop that skips the compute term
+    (300, 0, 40, "compute"),  # compute at every step
+    (200, 50_000, 40, "both"),  # compute first, memory after about 52,000 tokens of context
+])
+def test_python_segments_on_either_side_of_the_roofline_give_the_array_floats(b: int, c: int, n: int,
+                                                                             bound: str) -> None:
+    model = _models()[0]  # llama3_8b on one A100, full overlap, no communication
+    assert model._full_overlap and model._no_comm
+    contexts = np.arange(c, c + b * n, b, dtype=np.float64)
+    compute = contexts * model._t_attn_ctx + b * model._t_flop_token
+    memory = (contexts + b) * model._t_kv_token + model._t_weights
+    memory_bound = compute <= memory
+    assert {"memory": memory_bound.all(), "compute": not memory_bound.any(),
+            "both": 0 < memory_bound.sum() < n}[bound]
+    got = model._segment_ends(b, c, n, 12.5)
+    assert got is not None and got == _array_ends(model, b, c, n, 12.5)
+
+
 def test_a_model_without_a_python_path_uses_the_array() -> None:
     class Linear(PerfModel):
         kv_bytes_per_token = 1  # type: ignore[assignment]

@@ -190,6 +190,16 @@ class RooflineModel(ShapedPerfModel):
         c = float(context)
         acc = 0.0
         if self._full_overlap and self._no_comm:  # the common case, without the per-step checks
+            last = c + (n - 1) * b  # the context at the last step (exact, as c += b gives it)
+            if attn >= 0.0 and kv >= 0.0 and last * attn + bf <= (c + b) * kv + weights:
+                # memory-bound at every step: compute and memory never decrease as c grows (correctly rounded
+                # products by non-negative constants and sums), so compute at the last step bounding memory
+                # at the first bounds it everywhere; np.maximum then gives memory (or an equal compute)
+                for _ in range(n):
+                    acc += ((c + b) * kv + weights) + overhead
+                    out.append(acc + now)
+                    c += b
+                return out
             for _ in range(n):
                 compute = c * attn + bf
                 memory = (c + b) * kv + weights
