@@ -1,5 +1,6 @@
 """How the simulator's cost per request grows with the cluster size (issue #14 item 4). Run by hand:
-``python -m harness.bench.sim_scale_bench [--repeats 3] [--sizes 16 64 256 1024] [--requests N] [--skip-million]``.
+``python -m harness.bench.sim_scale_bench [--repeats 3] [--sizes 16 64 256 1024] [--requests N] [--skip-million]
+[--instructions]``.
 
 Every case runs in a fresh subprocess (so its peak RSS, ``ru_maxrss``, is its own), after an untimed warm-up
 run of the same design on 8 instances (one-off costs of first calls), on a synthetic workload
@@ -30,19 +31,28 @@ Cases:
   (2) 1,000,000 requests through 1,024 instances of the vLLM baseline (least outstanding): target <= 60 s wall
       and <= 4 GiB peak RSS. With ``--records objects`` its records are built one at a time and dropped (the
       cost of building them is counted, their memory is not: a run that keeps them holds a ``RequestRecord``
-      and a tuple of token times per request on top).
+      and a tuple of token times per request on top);
+  (3) with ``--instructions``: machine instructions per request at the smallest and the largest size, counted by
+      valgrind (``cachegrind`` without its cache simulation; Debian's ``valgrind`` package), for each design: a
+      figure that neither the machine's speed nor its caches change, where case (1)'s seconds carry both (a
+      larger cluster spreads the same requests over more instances' state, which costs cache misses, not
+      instructions). Each size runs twice under valgrind, generating ``--instruction-requests`` requests both
+      times and simulating all of them or only the first: the difference, over the requests it adds, is what
+      simulating and recording one request costs. About 50 times slower than a plain run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -101,9 +111,10 @@ RECORDS = ("columns", "objects")
 
 
 def run_case(design: str, n_instances: int, n_requests: int, records: str = "columns",
-             keep_records: bool = True) -> dict[str, Any]:
+             keep_records: bool = True, simulate_first: Optional[int] = None) -> dict[str, Any]:
     """One case in this process: timings and peak RSS. ``records``: one of :data:`RECORDS` (see the module
-    docstring); ``keep_records=False`` drops each ``RequestRecord`` as soon as it is made (``objects`` only)."""
+    docstring); ``keep_records=False`` drops each ``RequestRecord`` as soon as it is made (``objects`` only);
+    ``simulate_first``: generate ``n_requests`` but simulate only the first ones (case (3))."""
     from harness.collector import collector_paused
     from harness.studies.variants import compose_variant
     from systems.sim.record_columns import record_columns
@@ -116,6 +127,8 @@ def run_case(design: str, n_instances: int, n_requests: int, records: str = "col
     cfg = compose_variant([*spec["overrides"], *_counts(design, n_instances)])
     t0 = time.perf_counter()
     specs = synthetic_specs(n_requests, spec["rate"] * n_instances, 8 * n_instances)
+    if simulate_first is not None:
+        specs = specs[:simulate_first]
     with collector_paused():  # as a serving point runs (harness.serve_job.serve_point)
         t1, c1 = time.perf_counter(), time.process_time()
         cluster = SimulatedCluster(cfg)
@@ -138,7 +151,8 @@ def run_case(design: str, n_instances: int, n_requests: int, records: str = "col
                 ok += r.status == "ok"
                 tokens += r.n_out
         t3, c3 = time.perf_counter(), time.process_time()
-    return {"design": design, "instances": int(run.info["n_instances"]), "requests": n_requests, "records": records,
+    return {"design": design, "instances": int(run.info["n_instances"]), "requests": len(run.requests),
+            "records": records,
             "ok": ok, "tokens": tokens, "generate_s": t1 - t0, "simulate_s": t2 - t1, "records_s": t3 - t2,
             "total_s": t3 - t1, "total_cpu_s": c3 - c1, "simulate_cpu_s": c2 - c1, "records_cpu_s": c3 - c2,
             "events": run.info["events"],
@@ -155,6 +169,41 @@ def _subprocess(design: str, n_instances: int, n_requests: int, records: str,
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+VALGRIND_TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
+
+
+def valgrind_command(design: str, n_instances: int, n_requests: int, simulate_first: int, records: str,
+                     valgrind: str = "valgrind") -> list[str]:
+    """The command that runs one case under valgrind's instruction count (no cache simulation, no output file)."""
+    return [valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+            sys.executable, "-m", "harness.bench.sim_scale_bench", "--case", design, "--instances", str(n_instances),
+            "--case-requests", str(n_requests), "--simulate-first", str(simulate_first), "--records", records]
+
+
+def instructions_of(valgrind_stderr: str) -> int:
+    """The instructions valgrind counted (its ``I refs`` line); ``ValueError`` when the output has none."""
+    found = VALGRIND_TOTAL.findall(valgrind_stderr)
+    if not found:
+        raise ValueError("no 'I refs' line in valgrind's output: " + valgrind_stderr.strip()[-500:])
+    return int(found[-1].replace(",", ""))
+
+
+def instructions_per_request(design: str, n_instances: int, n_requests: int, records: str) -> float:
+    """Instructions one simulated and recorded request costs at ``n_instances`` (case (3))."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind on PATH (Debian/Ubuntu: apt-get install valgrind)")
+    counts = []
+    for first in (1, n_requests):
+        out = subprocess.run(valgrind_command(design, n_instances, n_requests, first, records, valgrind),
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit(f"valgrind run of {design} on {n_instances} instances failed "
+                             f"({out.returncode}): {out.stderr.strip()[-800:]}")
+        counts.append(instructions_of(out.stderr))
+    return (counts[1] - counts[0]) / (n_requests - 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
@@ -166,14 +215,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-scaling", action="store_true")
     parser.add_argument("--records", choices=RECORDS, default="columns",
                         help="how the records are made: as a serving job's columns, or one RequestRecord each")
+    parser.add_argument("--instructions", action="store_true", help="case (3): instructions per request (valgrind)")
+    parser.add_argument("--instruction-requests", type=int, default=20_480, help="requests of each case (3) run")
     parser.add_argument("--case", help=argparse.SUPPRESS)
+    parser.add_argument("--simulate-first", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--instances", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--case-requests", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--drop-records", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.case:
         print(json.dumps(run_case(args.case, args.instances, args.case_requests, args.records,
-                                  not args.drop_records)))
+                                  not args.drop_records, args.simulate_first)))
         return 0
     if not args.skip_scaling:
         print(f"(1) seconds per 1,000 requests, {args.requests:,} requests at every size, median of {args.repeats}, "
@@ -201,6 +253,14 @@ def main(argv: list[str] | None = None) -> int:
               f"(target <= 60 s), peak RSS "
               f"{r['peak_rss_mib']:.0f} MiB (target <= 4096 MiB), {r['ok']}/{r['requests']} ok, "
               f"{r['tokens'] / 1e6:.1f} M tokens, {r['events']:,} events")
+    if args.instructions:
+        lo, hi = min(args.sizes), max(args.sizes)
+        print(f"(3) instructions per request (valgrind), {args.instruction_requests:,} requests, records as "
+              f"{args.records}")
+        for design in args.designs:
+            per = {n: instructions_per_request(design, n, args.instruction_requests, args.records) for n in (lo, hi)}
+            print(f"    {design:<10} {lo} instances {per[lo] / 1e3:8.1f} k  {hi} instances {per[hi] / 1e3:8.1f} k  "
+                  f"ratio {per[hi] / per[lo]:.3f}x", flush=True)
     return 0
 
 

@@ -1,0 +1,51 @@
+"""The scale benchmark's pieces that do not need its hours: a case run in-process (records as a serving job's
+columns or as objects, all requests or only the first), and the instruction count's command and parsing."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from harness.bench import sim_scale_bench as bench
+
+VALGRIND_TAIL = """==4242== 
+==4242== I   refs:      10,410,375,293
+"""
+
+
+def test_the_instruction_count_is_read_from_valgrinds_summary() -> None:
+    assert bench.instructions_of("==1== Cachegrind, a cache profiler\n" + VALGRIND_TAIL) == 10_410_375_293
+
+
+def test_output_without_a_count_is_an_error_that_shows_it() -> None:
+    with pytest.raises(ValueError, match="no 'I refs' line.*valgrind: command not usable"):
+        bench.instructions_of("valgrind: command not usable")
+
+
+def test_the_valgrind_command_runs_one_case_under_cachegrind_without_its_cache_model() -> None:
+    cmd = bench.valgrind_command("mooncake", 1024, 20_480, 1, "columns", valgrind="/usr/bin/valgrind")
+    assert cmd[:4] == ["/usr/bin/valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+    assert cmd[4:7] == [sys.executable, "-m", "harness.bench.sim_scale_bench"]
+    args = cmd[7:]
+    assert dict(zip(args[::2], args[1::2], strict=True)) == {
+        "--case": "mooncake", "--instances": "1024", "--case-requests": "20480", "--simulate-first": "1",
+        "--records": "columns"}
+
+
+@pytest.mark.parametrize("records", bench.RECORDS)
+def test_a_case_counts_what_it_simulated(records: str) -> None:
+    whole = bench.run_case("baseline", 4, 300, records)
+    first = bench.run_case("baseline", 4, 300, records, simulate_first=40)
+    assert (whole["requests"], first["requests"]) == (300, 40)
+    assert whole["ok"] == 300 and first["ok"] == 40
+    assert first["tokens"] < whole["tokens"]
+    assert whole["records"] == records and whole["events"] > first["events"] > 0
+
+
+def test_records_made_as_columns_or_as_objects_count_the_same_tokens() -> None:
+    columns = bench.run_case("distserve", 4, 200, "columns")
+    objects = bench.run_case("distserve", 4, 200, "objects")
+    dropped = bench.run_case("distserve", 4, 200, "objects", keep_records=False)
+    assert columns["tokens"] == objects["tokens"] == dropped["tokens"] > 200
+    assert columns["ok"] == objects["ok"] == dropped["ok"]
