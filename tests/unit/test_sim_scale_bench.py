@@ -9,7 +9,7 @@ import pytest
 
 from harness.bench import sim_scale_bench as bench
 
-VALGRIND_TAIL = """==4242== 
+VALGRIND_TAIL = """==4242==
 ==4242== I   refs:      10,410,375,293
 """
 
