@@ -185,6 +185,9 @@ class Cluster(InstanceHooks):
                                           else setup.kv_link))
                 self.dram.append(None)
         self.has_pool = pool.dram_tokens_per_node > 0 and pool.remote_link is not None
+        # requests get prefix-cache keys (prefix caching or a KV pool), made when a request arrives and dropped when
+        # it finishes: a long run holds those of the requests in flight, not one tuple per request
+        self._keyed = setup.prefix_caching or self.has_pool
         self.remote_nics = [FifoLink(pool.remote_link) for _ in self.instances] if self.has_pool else []
         # one-phase clusters, for searches that size each phase on its own (DistServe's placement):
         # prefill-only: requests end at their first token; decode-only: requests arrive with their KV
@@ -229,7 +232,6 @@ class Cluster(InstanceHooks):
         self._memo: dict[tuple[int, int, int], float] = {}
         self._view_instances: list[SimInstance] = []
         self._block_size = 0
-        self._keyed = False  # requests get prefix-cache keys (prefix caching or a KV pool)
         self.requests: list[SimRequest] = []
         self._arrivals: list[SimRequest] = []  # the requests by arrival time (then request order)
         self._ticks: list[tuple[float, list[dict[str, Any]]]] = []  # each sampling instant and its rows
@@ -361,9 +363,6 @@ class Cluster(InstanceHooks):
     def _run(self, specs: Sequence[RequestSpec], progress: bool) -> SimRun:
         block_sizes = {s.block_size for s in specs}
         self._size_caches(max(block_sizes) if block_sizes else 512)
-        # a request's prefix-cache keys are made when it arrives and dropped when it finishes: a long run holds
-        # those of the requests in flight, not one tuple per request
-        self._keyed = self.setup.prefix_caching or self.has_pool
         self.requests = [SimRequest(s, ()) for s in specs]
         last_arrival = 0.0
         for req in self.requests:
