@@ -15,6 +15,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from systems.launch.procfs import thread_ids
+
 log = logging.getLogger(__name__)
 
 
@@ -37,15 +39,10 @@ def pin_threads(pids: Iterable[int], cpus: set[int], proc: Path = Path("/proc"))
     """Bind every thread of every process in ``pids`` to ``cpus``; returns how many threads were bound
     (threads that exit meanwhile are skipped). Threads and processes started later inherit the binding."""
     pinned = 0
-    for pid in pids:
+    for pid, tid in thread_ids(pids, proc):
         try:
-            tids = [int(t) for t in os.listdir(proc / str(pid) / "task")]
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                os.sched_setaffinity(tid, cpus)
-                pinned += 1
-            except OSError as exc:  # gone, or not ours
-                log.debug("cannot bind thread %d of %d to %s: %s", tid, pid, sorted(cpus), exc)
+            os.sched_setaffinity(tid, cpus)
+            pinned += 1
+        except OSError as exc:  # gone, or not ours
+            log.debug("cannot bind thread %d of %d to %s: %s", tid, pid, sorted(cpus), exc)
     return pinned

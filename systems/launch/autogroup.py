@@ -21,6 +21,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from systems.launch.procfs import thread_ids
+
 log = logging.getLogger(__name__)
 
 AUTOGROUP_SWITCH = Path("/proc/sys/kernel/sched_autogroup_enabled")
@@ -59,15 +61,10 @@ def renice_threads(pids: Iterable[int], nice: int, proc: Path = Path("/proc")) -
     """Give every thread of every process in ``pids`` the nice value ``nice``; returns how many threads took it
     (threads that exit meanwhile are skipped). Threads and processes started later inherit it."""
     reniced = 0
-    for pid in pids:
+    for pid, tid in thread_ids(pids, proc):
         try:
-            tids = [int(t) for t in os.listdir(proc / str(pid) / "task")]
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                os.setpriority(os.PRIO_PROCESS, tid, int(nice))  # on Linux a thread id names one thread
-                reniced += 1
-            except OSError as exc:  # gone, or lowering a nice value without the privilege
-                log.debug("cannot set the nice value of thread %d of %d to %d: %s", tid, pid, nice, exc)
+            os.setpriority(os.PRIO_PROCESS, tid, int(nice))  # on Linux a thread id names one thread
+            reniced += 1
+        except OSError as exc:  # gone, or lowering a nice value without the privilege
+            log.debug("cannot set the nice value of thread %d of %d to %d: %s", tid, pid, nice, exc)
     return reniced

@@ -1,4 +1,4 @@
-"""What Linux's /proc says about a process: its state, parent, process group, session and start time.
+"""What Linux's /proc says about a process: its state, parent, process group, session, start time and threads.
 
 The start time (field 22 of ``/proc/<pid>/stat``, clock ticks since boot) tells a process apart from a
 later one that reused its pid: a record that names a pid also keeps its start time, and is only acted
@@ -8,6 +8,7 @@ on while both still match. Standard library only: the launch supervisor imports 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -75,6 +76,17 @@ def all_stats() -> list[ProcStat]:
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes in process group ``pgid``."""
     return [s.pid for s in all_stats() if s.pgid == pgid and not s.zombie]
+
+
+def thread_ids(pids: Iterable[int], proc: Path = PROC) -> Iterator[tuple[int, int]]:
+    """``(pid, tid)`` for every thread of every process in ``pids`` now; processes that are gone are skipped."""
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir(proc / str(pid) / "task")]
+        except OSError:
+            continue
+        for tid in tids:
+            yield pid, tid
 
 
 def boot_id() -> str:
