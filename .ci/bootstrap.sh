@@ -71,6 +71,20 @@ if [[ ",${extras}," == *",launchers,"* ]]; then
     apt_install slurm-wlm munge
   fi
 fi
+if [[ ",${extras}," == *",native,"* ]]; then
+  # The simulator's compiled core (python -m systems.sim.native_build, run by make) needs a C compiler and the
+  # headers of the virtualenv's Python. Without them simulations run from the Python sources, slower.
+  include=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  ver=$("$venv/bin/python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+  if ! command -v cc >/dev/null 2>&1 || [ ! -f "$include/Python.h" ]; then
+    if command -v apt-get >/dev/null 2>&1; then
+      echo "bootstrap: the simulator's compiled core needs a C compiler and Python.h; installing gcc python${ver}-dev" >&2
+      apt_install gcc "python${ver}-dev"
+    else
+      echo "bootstrap: no C compiler or no $include/Python.h: the simulator will run from its Python sources" >&2
+    fi
+  fi
+fi
 # Fill numba's on-disk cache now (a few seconds once), not in the first study or benchmark.
 "$venv/bin/python" -c "from systems.kvcache import precompile; precompile()"
 echo "bootstrap: $venv ready ($("$venv/bin/python" --version), extras: ${extras})"

@@ -5,11 +5,16 @@ Every Ray cluster the tests bring up listens on 127.0.0.1 only, and a Ray driver
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` in its environment *when it imports Ray* (Ray reads it once, at
 import; without it the driver dials the host's network address instead and retries forever). Tests in one
 process share that import, so it is set here, before any test imports Ray.
+
+Tests that patch the simulator's classes (compiled classes keep their methods: a patch would change
+nothing and the test would compare a run with itself) take the ``ran_on_sources`` fixture.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
@@ -20,6 +25,7 @@ from typing import Any
 import pytest
 
 from harness.config import compose_config, validate
+from systems.sim import native
 from workloads.datadir import resolve_trace_path
 from workloads.errors import TraceNotFoundError
 
@@ -60,3 +66,29 @@ class NoLoad:
 def no_load() -> NoLoad:
     """The load driver to build a deployment with when the test only inspects what it would launch."""
     return NoLoad()
+
+
+_SOURCE_RUNS = pytest.StashKey[dict[str, subprocess.CompletedProcess]]()
+
+
+@pytest.fixture
+def ran_on_sources(request: pytest.FixtureRequest) -> bool:
+    """False when this process runs the simulator from its Python sources (the test goes on). Under the
+    compiled core (:mod:`systems.sim.native`) the test function, every parametrization, runs once in a pytest
+    subprocess with ``DISAGG_SIM_NATIVE=0`` and this fixture fails with its output unless it passed; True
+    then (the test returns at once)."""
+    if not native.status().active:
+        return False
+    node = request.node
+    target = f"{node.path}::{node.originalname}"
+    runs = request.config.stash.setdefault(_SOURCE_RUNS, {})
+    if target not in runs:
+        runs[target] = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header", "-o", "addopts=", target],
+            cwd=request.config.rootpath, env={**os.environ, native.ENV_SWITCH: "0"}, capture_output=True, text=True,
+            timeout=1200, check=False)
+    proc = runs[target]
+    if proc.returncode != 0:
+        pytest.fail(f"{target} on the Python sources (DISAGG_SIM_NATIVE=0) exited {proc.returncode}:\n"
+                    f"{proc.stdout[-6000:]}{proc.stderr[-2000:]}")
+    return True

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import resource
 import shutil
@@ -57,6 +58,7 @@ from typing import Any, Optional
 import numpy as np
 
 from harness.records import RequestSpec
+from systems.sim.native import ENV_SWITCH
 
 BLOCK = 256
 PREFIX_BLOCKS = 2
@@ -117,6 +119,7 @@ def run_case(design: str, n_instances: int, n_requests: int, records: str = "col
     ``simulate_first``: generate ``n_requests`` but simulate only the first ones (case (3))."""
     from harness.collector import collector_paused
     from harness.studies.variants import compose_variant
+    from systems.sim import native
     from systems.sim.record_columns import record_columns
     from systems.sim.simulation import SimulatedCluster
 
@@ -151,22 +154,35 @@ def run_case(design: str, n_instances: int, n_requests: int, records: str = "col
                 ok += r.status == "ok"
                 tokens += r.n_out
         t3, c3 = time.perf_counter(), time.process_time()
+    core = native.status()
     return {"design": design, "instances": int(run.info["n_instances"]), "requests": len(run.requests),
             "records": records,
             "ok": ok, "tokens": tokens, "generate_s": t1 - t0, "simulate_s": t2 - t1, "records_s": t3 - t2,
             "total_s": t3 - t1, "total_cpu_s": c3 - c1, "simulate_cpu_s": c2 - c1, "records_cpu_s": c3 - c2,
             "events": run.info["events"],
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "compiled": core.active, "core": core.reason}
+
+
+CORES = ("compiled", "sources")
 
 
 def _subprocess(design: str, n_instances: int, n_requests: int, records: str,
-                keep_records: bool = True) -> dict[str, Any]:
+                keep_records: bool = True, core: str = "compiled") -> dict[str, Any]:
+    """One case in a child process on the simulator's compiled core or its Python sources (SystemExit when the
+    child cannot use the one asked for)."""
     cmd = [sys.executable, "-m", "harness.bench.sim_scale_bench", "--case", design, "--instances", str(n_instances),
            "--case-requests", str(n_requests), "--records", records]
     if not keep_records:
         cmd.append("--drop-records")
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    env = {k: v for k, v in os.environ.items() if k != ENV_SWITCH}
+    if core == "sources":
+        env[ENV_SWITCH] = "0"
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if result["compiled"] != (core == "compiled"):
+        raise SystemExit(f"asked for the simulator's {core} core, the case ran on the other: {result['core']}")
+    return result
 
 
 VALGRIND_TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
@@ -215,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-scaling", action="store_true")
     parser.add_argument("--records", choices=RECORDS, default="columns",
                         help="how the records are made: as a serving job's columns, or one RequestRecord each")
+    parser.add_argument("--core", choices=[*CORES, "both"], default="compiled",
+                        help="the simulator's compiled core (systems/sim/native.py), its Python sources, or both "
+                             "side by side (with the ratio)")
     parser.add_argument("--instructions", action="store_true", help="case (3): instructions per request (valgrind)")
     parser.add_argument("--instruction-requests", type=int, default=20_480, help="requests of each case (3) run")
     parser.add_argument("--case", help=argparse.SUPPRESS)
@@ -227,32 +246,38 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_case(args.case, args.instances, args.case_requests, args.records,
                                   not args.drop_records, args.simulate_first)))
         return 0
+    cores = list(CORES) if args.core == "both" else [args.core]
     if not args.skip_scaling:
         print(f"(1) seconds per 1,000 requests, {args.requests:,} requests at every size, median of {args.repeats}, "
               f"records as {args.records}")
-        for design in args.designs:
+        for design, core in [(d, c) for d in args.designs for c in cores]:
             wall, cpu = {}, {}
             for n in args.sizes:
-                runs = [_subprocess(design, n, args.requests, args.records) for _ in range(args.repeats)]
+                runs = [_subprocess(design, n, args.requests, args.records, core=core) for _ in range(args.repeats)]
                 wall[n] = statistics.median(r["total_s"] / r["requests"] * 1000 for r in runs)
                 cpu[n] = statistics.median(r["total_cpu_s"] / r["requests"] * 1000 for r in runs)
                 r = runs[0]
-                print(f"    {design:<10} {n:>5} instances {r['requests']:>8} req  {wall[n]:7.3f} s/1k req wall  "
+                print(f"    {design:<10} {core:<8} {n:>5} instances {r['requests']:>8} req  {wall[n]:7.3f} s/1k req wall  "
                       f"{cpu[n]:7.3f} cpu  (sim {statistics.median(x['simulate_s'] for x in runs):7.2f} s, records "
                       f"{statistics.median(x['records_s'] for x in runs):6.2f} s, peak RSS "
                       f"{max(x['peak_rss_mib'] for x in runs):6.0f} MiB, {r['ok']}/{r['requests']} ok)", flush=True)
             lo, hi = min(args.sizes), max(args.sizes)
-            print(f"    {design:<10} ratio {hi} vs {lo} instances: {wall[hi] / wall[lo]:.2f}x wall, "
+            print(f"    {design:<10} {core:<8} ratio {hi} vs {lo} instances: {wall[hi] / wall[lo]:.2f}x wall, "
                   f"{cpu[hi] / cpu[lo]:.2f}x cpu (target <= 1.3x)", flush=True)
     if not args.skip_million:
         print(f"(2) {args.million:,} requests through 1,024 instances (vLLM baseline, least outstanding), records as "
               f"{args.records}")
-        r = _subprocess("baseline", 1024, args.million, args.records, keep_records=False)
-        print(f"    generate {r['generate_s']:.1f} s (not counted), simulate {r['simulate_s']:.1f} s, records "
-              f"{r['records_s']:.1f} s, total {r['total_s']:.1f} s wall, {r['total_cpu_s']:.1f} s cpu "
-              f"(target <= 60 s), peak RSS "
-              f"{r['peak_rss_mib']:.0f} MiB (target <= 4096 MiB), {r['ok']}/{r['requests']} ok, "
-              f"{r['tokens'] / 1e6:.1f} M tokens, {r['events']:,} events")
+        totals = {}
+        for core in cores:
+            r = _subprocess("baseline", 1024, args.million, args.records, keep_records=False, core=core)
+            totals[core] = r["total_s"]
+            print(f"    {core:<8} generate {r['generate_s']:.1f} s (not counted), simulate {r['simulate_s']:.1f} s, "
+                  f"records {r['records_s']:.1f} s, total {r['total_s']:.1f} s wall, {r['total_cpu_s']:.1f} s cpu "
+                  f"(target <= 60 s), peak RSS "
+                  f"{r['peak_rss_mib']:.0f} MiB (target <= 4096 MiB), {r['ok']}/{r['requests']} ok, "
+                  f"{r['tokens'] / 1e6:.1f} M tokens, {r['events']:,} events", flush=True)
+        if len(totals) == 2:
+            print(f"    sources / compiled: {totals['sources'] / totals['compiled']:.2f}x")
     if args.instructions:
         lo, hi = min(args.sizes), max(args.sizes)
         print(f"(3) instructions per request (valgrind), {args.instruction_requests:,} requests, records as "

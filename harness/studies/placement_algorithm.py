@@ -19,7 +19,7 @@ run on the suite's simulator.
 4. Optionally check the chosen deployment end to end: full P/D simulations judged on both bounds.
 
 Nothing here knows about Hydra: :class:`PlacementSimulator` takes a request list, a performance-model
-factory and a :class:`~systems.sim.cluster.ClusterSetup` factory; ``harness.studies.placement_search``
+factory and a :class:`~systems.sim.cluster_setup.ClusterSetup` factory; ``harness.studies.placement_search``
 builds them from a run configuration.
 
 The searches of step 2 are independent: :func:`search_placement` sends them, one task per phase and
@@ -48,7 +48,8 @@ from harness.capacity import RateSearch, search_max_rate
 from harness.probe_pool import InProcessPool, Pool
 from harness.records import RequestSpec, RequestStatus
 from systems.config import HardwareConfig
-from systems.sim.cluster import Cluster, ClusterSetup, PoolSetup
+from systems.sim.cluster import Cluster
+from systems.sim.cluster_setup import ClusterSetup, PoolSetup
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.request import SimRequest
 

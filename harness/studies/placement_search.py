@@ -88,7 +88,7 @@ from harness.studies.placement_pairs import (
 )
 from harness.studies.placement_pairs_report import pair_report, pair_table
 from harness.studies.simulate import load_requests, point_workload
-from systems.sim.cluster import ClusterSetup, PoolSetup
+from systems.sim.cluster_setup import ClusterSetup, PoolSetup
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.registry import build_perf_model
 from systems.sim.simulation import build_setup, peer_timing_params, perf_model_params

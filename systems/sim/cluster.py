@@ -61,21 +61,18 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from harness.records import RequestRecord, RequestSpec, RequestStatus
-from systems.config import HardwareConfig
+from harness.records import RequestSpec, RequestStatus
 from systems.policies.base import IndexedLoads, InstanceLoad, OutstandingIndex, RouteRequest, RoutingPolicy
-from systems.policies.cache_aware import BlockLRU
-from systems.policies.pd import DecodeView, PDScheduler, PrefillView, PrefixSource, decode_overloaded
+from systems.policies.block_lru import BlockLRU
+from systems.policies.pd import DecodeView, PrefillView, PrefixSource, decode_overloaded
+from systems.sim.cluster_setup import ClusterSetup, SimRun
 from systems.sim.events import PRIO_ARRIVAL, PRIO_SAMPLE, PRIO_TRANSFER, EventQueue
 from systems.sim.instance import InstanceHooks, SimInstance
 from systems.sim.keys import request_keys
-from systems.sim.links import FifoLink, LinkSpec
+from systems.sim.links import FifoLink
 from systems.sim.load_index import BatchBuckets, BlockHolders, HeldBlockLRU, SortedPool, iter_bits, run_levels
-from systems.sim.perf.base import InstanceShape, PerfModel
-from systems.sim.record_columns import made_without_collector
 from systems.sim.request import SimRequest
 from systems.topology import ROLES
 
@@ -84,78 +81,6 @@ log = logging.getLogger(__name__)
 MAX_SAMPLE_TIMES = 10_000  # load-sampling instants per run (even: halving keeps the instants on one grid)
 COST_POLICIES = ("load_balancing", "local_cache_aware", "prefix_match", "conductor")  # prefill choices by cost
 FEW_TO_SORT = 16  # a candidate group this small is read member by member instead of walked in key order
-
-
-@dataclass(frozen=True)
-class PoolSetup:
-    """``count`` identical instances of one role."""
-
-    role: str
-    count: int
-    shape: InstanceShape
-    perf: PerfModel
-    hardware: HardwareConfig
-
-    @property
-    def n_gpus(self) -> int:
-        return self.count * self.shape.n_gpus
-
-
-@dataclass(frozen=True)
-class KVPoolSetup:
-    """Mooncake's DRAM tiers (see the module docstring); ``dram_tokens_per_node == 0``: no pool."""
-
-    dram_tokens_per_node: int = 0
-    dram_bandwidth_gbps: float = 25.0
-    remote_link: Optional[LinkSpec] = None
-    replication_threshold: int = 0
-
-
-@dataclass(frozen=True)
-class ClusterSetup:
-    """Everything the simulator needs to run one deployment (built from a config by ``systems.sim.simulation``)."""
-
-    system: str
-    pools: tuple[PoolSetup, ...]
-    kv_link: LinkSpec
-    router: RoutingPolicy | None = None  # colocated systems
-    scheduler: PDScheduler | None = None  # disaggregated systems
-    prefix_caching: bool = True
-    chunked_prefill: bool = True
-    max_num_batched_tokens: int = 8192
-    max_num_seqs: int = 256
-    layerwise_transfer: bool = False
-    num_layers: int = 80
-    kv_pool: KVPoolSetup = field(default_factory=KVPoolSetup)
-    rejection: str = "none"  # "baseline" is applied here, after prefill; the rest by the scheduler
-    tbt_slo_s: Optional[float] = None
-    max_model_len: Optional[int] = None
-    mixed_overflow_queue_s: float = 1.0
-    sample_interval_s: float = 10.0
-    kv_link_per_gpu: bool = False  # kv_link is each GPU's NIC: an instance of n GPUs sends over n at once
-    whole_prompts: bool = False  # no instance chunks prompts (prefill ones too); decodes join iterations that fit
-    mixed_pool: str = "dedicated"  # dedicated (the mixed instances) | dynamic (machines lent; module docstring)
-    mixed_prompt_queue_tokens: int = 8192  # dynamic: a prompt machine's queue is long beyond this
-
-    @property
-    def n_gpus(self) -> int:
-        return sum(p.n_gpus for p in self.pools)
-
-    def pool(self, role: str) -> Optional[PoolSetup]:
-        return next((p for p in self.pools if p.role == role and p.count > 0), None)
-
-
-@dataclass
-class SimRun:
-    """What one simulation produced."""
-
-    requests: list[SimRequest]
-    load_samples: list[dict[str, Any]]
-    info: dict[str, Any]
-
-    def records(self) -> tuple[RequestRecord, ...]:
-        """One ``RequestRecord`` per request, in request order (the collector paused, as in the run)."""
-        return made_without_collector(lambda: tuple(r.to_record() for r in self.requests))
 
 
 class Cluster(InstanceHooks):
@@ -188,7 +113,8 @@ class Cluster(InstanceHooks):
         # requests get prefix-cache keys (prefix caching or a KV pool), made when a request arrives and dropped when
         # it finishes: a long run holds those of the requests in flight, not one tuple per request
         self._keyed = setup.prefix_caching or self.has_pool
-        self.remote_nics = [FifoLink(pool.remote_link) for _ in self.instances] if self.has_pool else []
+        remote = pool.remote_link
+        self.remote_nics = [FifoLink(remote) for _ in self.instances] if self.has_pool and remote is not None else []
         # one-phase clusters, for searches that size each phase on its own (DistServe's placement):
         # prefill-only: requests end at their first token; decode-only: requests arrive with their KV
         self.prefill_only = bool(self.by_role["prefill"]) and not self.by_role["decode"] and not self.by_role["mixed"]
@@ -329,13 +255,13 @@ class Cluster(InstanceHooks):
             hbm_blocks = inst.capacity // block_size
             inst.hbm = None
             if self.setup.prefix_caching and hbm_blocks > 0:
-                if tracked:
+                if tracked and hbm_holders is not None:
                     inst.hbm = hbm_holders.cache(self._pos[i], hbm_blocks)
                 else:
                     inst.hbm = BlockLRU(hbm_blocks)
             dram_blocks = pool.dram_tokens_per_node // block_size
             if self.has_pool and dram_blocks > 0:
-                if tracked:
+                if tracked and dram_holders is not None:
                     # its blocks are in dram_holders' bit sets: a block is in some DRAM cache when it has bits there
                     # or a count in _holders (the untracked caches)
                     self.dram[i] = dram_holders.cache(self._pos[i], dram_blocks)
@@ -851,9 +777,11 @@ class Cluster(InstanceHooks):
         """The decode instance with room for the request whose estimated step, with the request added, is
         the shortest (ties: the lowest index); None when none has room."""
         steps = self._decode_steps
+        capacity = self._decode_capacity  # set whenever steps is (the decodes share one model)
         extra = prompt_tokens + 1
-        if steps is None:  # no lower bound to prune with: every decode instance
-            best, best_step = None, math.inf
+        best: Optional[SimInstance] = None
+        best_step = math.inf
+        if steps is None or capacity is None:  # no lower bound to prune with: every decode instance
             for d in self.by_role["decode"]:
                 if _kv_room(d, prompt_tokens):
                     step = d.step_estimate_s(1, extra)
@@ -865,9 +793,7 @@ class Cluster(InstanceHooks):
         # (without this request) bounds every member's from below, so batches are visited by that bound
         # until it exceeds the best step found
         instances = self.instances
-        limit = self._decode_capacity - extra  # one capacity: a context above this leaves no room for the KV
-        best: Optional[SimInstance] = None
-        best_step = math.inf
+        limit = capacity - extra  # one capacity: a context above this leaves no room for the KV
         tied: list[tuple[int, list[tuple[int, int]]]] = []  # batches whose first member with room ties the best
         for bound, _, members in steps.ordered():
             if bound > best_step:
@@ -966,10 +892,10 @@ class Cluster(InstanceHooks):
                 if not self._queue_long(best, req.prompt):
                     return best
                 break
-        entry = free.first()
-        if entry is None:
+        head = free.first()
+        if head is None:
             return None
-        lend = self.instances[entry[-1]]
+        lend = self.instances[head[-1]]
         self._lend(lend)
         self.counters["lent_token_machines"] += 1
         return lend
@@ -1008,8 +934,9 @@ class Cluster(InstanceHooks):
         if inst.role == "decode" and req.decode_start_s == req.decode_start_s:  # the uniform t_d estimate
             self._decode_s_sum += now - req.decode_start_s
             self._decode_s_n += 1
-        if self._router_on_finished:
-            self.setup.router.on_finished(RouteRequest(req.spec.request_id, req.keys, req.prompt), inst.role_index)
+        router = self.setup.router
+        if self._router_on_finished and router is not None:
+            router.on_finished(RouteRequest(req.spec.request_id, req.keys, req.prompt), inst.role_index)
         req.keys = ()  # no cache looks them up again
 
     def on_failed(self, inst: SimInstance, req: SimRequest, now: float, reason: str) -> None:

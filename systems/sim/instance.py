@@ -20,7 +20,8 @@ step times form a known sequence (context grows by the batch size each step), so
 *segment* up to the next finish, evaluates its step times at once (``PerfModel.decode_segment_ends``: one
 vectorised call, or Python floats for a short segment, the same floats), and cuts it short at
 the next iteration boundary if new work arrives. Each instance keeps the end time of every decode
-iteration; a request's token times are a slice of that timeline.
+iteration (an ``array('d')``: 8 bytes each, extended from a list without NumPy's per-element conversion); a
+request's token times are a slice of that timeline.
 
 Every call that can change an instance's load (work arriving, KV released, an iteration ending) ends by
 appending the instance to ``dirty_log`` (once until the cluster clears ``touched``): the cluster re-keys
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from bisect import bisect_right
 from collections import deque
 from typing import Optional
@@ -96,7 +98,7 @@ class SimInstance:
         self.running_ctx = 0  # context tokens of the running sequences
         self.reserved = 0  # KV tokens reserved by prefills in progress and finished prefills not yet handed off
         self.diter = 0  # decode iterations completed
-        self._timeline = np.empty(16)  # end times of decode iterations 0 .. diter - 1 (grows by doubling)
+        self._timeline = array("d")  # end times of decode iterations 0 .. diter - 1
         self._timeline_list: Optional[list[float]] = None  # the same as Python floats, made for the records
         self.busy = False
         self._version = 0
@@ -164,7 +166,7 @@ class SimInstance:
         ends = self._seg_ends
         if ends is not None:  # cut the decode segment at the next iteration boundary
             # (ends never decrease: searchsorted on the right is bisect_right)
-            n = (bisect_right(ends, now) if type(ends) is list else int(ends.searchsorted(now, "right"))) + 1
+            n = (bisect_right(ends, now) if isinstance(ends, list) else int(ends.searchsorted(now, "right"))) + 1
             if n < self._seg_n:
                 self._seg_n = n
                 self._version += 1
@@ -333,10 +335,10 @@ class SimInstance:
         ends = self._seg_ends
         assert ends is not None
         n = self._seg_n
-        first = self.diter
-        if first + n > len(self._timeline):
-            self._grow_timeline(first + n)
-        self._timeline[first:first + n] = ends if n == len(ends) else ends[:n]
+        if isinstance(ends, list):
+            self._timeline.extend(ends if n == len(ends) else ends[:n])
+        else:  # the same doubles, as bytes
+            self._timeline.frombytes(ends[:n].astype(np.float64, copy=False).tobytes())
         b = len(self.running)
         self.busy_s += now - self._seg_start
         self.diter += n
@@ -352,9 +354,7 @@ class SimInstance:
             return
         b = len(self.running) if self._decoding else 0
         if b:
-            if self.diter == len(self._timeline):
-                self._grow_timeline(self.diter + 1)
-            self._timeline[self.diter] = now
+            self._timeline.append(now)
             self.diter += 1
             self.running_ctx += b
             self._finish_due(now)
@@ -433,23 +433,19 @@ class SimInstance:
         self.touch()
 
     # -- after the run ----------------------------------------------------------------------------
-    def _grow_timeline(self, size: int) -> None:
-        grown = np.empty(max(size, 2 * len(self._timeline)))
-        grown[:self.diter] = self._timeline[:self.diter]
-        self._timeline = grown
-
     def iteration_list(self, first: int, count: int) -> list[float]:
         """:meth:`iteration_times` as a list of Python floats, for records once the run is over: the floats are
         made once per instance and shared by the records (each holds 8 bytes per token, not a float of its own)."""
         if self._timeline_list is None or len(self._timeline_list) != self.diter:
-            self._timeline_list = self._timeline[:self.diter].tolist()
+            self._timeline_list = self._timeline.tolist()
         return self._timeline_list[first:first + count]
 
     def iteration_timeline(self) -> np.ndarray:
-        """End times of every decode iteration so far (a view: valid until the next iteration)."""
-        return self._timeline[:self.diter]
+        """End times of every decode iteration so far: a view of the timeline, which cannot grow while the view
+        lives (the instance's next iteration would raise ``BufferError``); for records once the run is over."""
+        return np.frombuffer(self._timeline, dtype=np.float64)
 
     def iteration_times(self, first: int, count: int) -> np.ndarray:
-        """End times of decode iterations ``first .. first + count - 1``."""
-        return self._timeline[first:min(first + count, self.diter)]
+        """End times of decode iterations ``first .. first + count - 1`` (a copy)."""
+        return np.array(self._timeline[first:first + count], dtype=np.float64)
 

@@ -24,7 +24,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Optional
 
-from systems.policies.cache_aware import BlockLRU
+from systems.policies.block_lru import BlockLRU
 
 Key = tuple[Any, ...]
 

@@ -9,7 +9,7 @@ reads ``engine.profile`` once, checks it was measured on this host's CPU model w
 (``engine.profile_check``), and gives every pool the fitted model; ``engine.kv_link=profile`` is then the
 profile's fitted KV transfer. The system's
 roles and router were checked with the config (:mod:`systems.topology`). Each simulation then gets a
-fresh :class:`~systems.sim.cluster.ClusterSetup` (new policy objects).
+fresh :class:`~systems.sim.cluster_setup.ClusterSetup` (new policy objects).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from systems.gpu_budget import check_gpu_budget
 from systems.hardware_catalog import load_hardware
 from systems.policies import build_policy
 from systems.policies.pd import PDScheduler
-from systems.sim.cluster import ROLES, Cluster, ClusterSetup, KVPoolSetup, PoolSetup, SimRun
+from systems.sim.cluster import ROLES, Cluster
+from systems.sim.cluster_setup import ClusterSetup, KVPoolSetup, PoolSetup, SimRun
 from systems.sim.links import LINKS, LinkSpec, get_link
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.fitted import PROFILE_LINK, profile_link

@@ -27,7 +27,7 @@ from harness.studies.placement_pairs import (
 from harness.studies.variants import compose_variant
 from systems.config import HardwareConfig
 from systems.policies.pd import PDScheduler
-from systems.sim.cluster import ClusterSetup, PoolSetup
+from systems.sim.cluster_setup import ClusterSetup, PoolSetup
 from systems.sim.links import LinkSpec
 from systems.sim.perf.base import InstanceShape, PerfModel
 

@@ -29,7 +29,7 @@ from harness.studies.placement_algorithm import (
 )
 from systems.config import HardwareConfig
 from systems.policies.pd import PDScheduler
-from systems.sim.cluster import ClusterSetup, PoolSetup
+from systems.sim.cluster_setup import ClusterSetup, PoolSetup
 from systems.sim.links import LinkSpec
 from systems.sim.perf.base import InstanceShape, PerfModel
 

@@ -19,7 +19,8 @@ from systems.policies.base import IndexedLoads, InstanceLoad, OutstandingIndex, 
 from systems.policies.cache_aware import CacheAwarePolicy
 from systems.policies.pd import PDScheduler
 from systems.policies.simple import LeastOutstandingPolicy
-from systems.sim.cluster import Cluster, ClusterSetup, KVPoolSetup, PoolSetup
+from systems.sim.cluster import Cluster
+from systems.sim.cluster_setup import ClusterSetup, KVPoolSetup, PoolSetup
 from systems.sim.keys import request_keys
 from systems.sim.links import LinkSpec
 from systems.sim.load_index import BatchBuckets, SortedPool, run_levels

@@ -9,7 +9,8 @@ from harness.errors import ConfigError
 from harness.records import RequestStatus
 from systems.policies import build_policy
 from systems.policies.pd import PDScheduler
-from systems.sim.cluster import Cluster, ClusterSetup, PoolSetup
+from systems.sim.cluster import Cluster
+from systems.sim.cluster_setup import ClusterSetup, PoolSetup
 from systems.sim.links import LinkSpec
 from systems.sim.perf.base import InstanceShape
 from tests.unit.test_sim_cluster import HW, LINK, SHAPE, LinearPerf, run, spec

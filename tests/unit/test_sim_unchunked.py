@@ -10,7 +10,8 @@ import pytest
 from harness.records import RequestSpec, RequestStatus
 from systems.config import HardwareConfig
 from systems.policies import build_policy
-from systems.sim.cluster import Cluster, ClusterSetup, PoolSetup
+from systems.sim.cluster import Cluster
+from systems.sim.cluster_setup import ClusterSetup, PoolSetup
 from systems.sim.links import LinkSpec
 from systems.sim.perf.base import InstanceShape, PerfModel
 

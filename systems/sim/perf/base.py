@@ -74,12 +74,13 @@ class PerfModel(ABC):
         if n == 1:
             return [now + float(self.decode_step_time_s(batch_size, context))]
         ends = self._segment_ends(batch_size, context, n, now) if n <= SCALAR_SEGMENT_MAX else None
-        if ends is None:
-            ctx = np.arange(context, context + batch_size * n, batch_size, dtype=np.float64)  # context at each step
-            arr = self.decode_step_time_s(batch_size, ctx)
-            ends = arr.cumsum() if isinstance(arr, np.ndarray) else np.cumsum(arr)
-            ends += now  # now + each partial sum
-        return ends
+        if ends is not None:
+            return ends
+        ctx = np.arange(context, context + batch_size * n, batch_size, dtype=np.float64)  # context at each step
+        arr = self.decode_step_time_s(batch_size, ctx)
+        sums = arr.cumsum() if isinstance(arr, np.ndarray) else np.cumsum(arr)
+        sums += now  # now + each partial sum
+        return sums
 
     def _segment_ends(self, batch_size: int, context: int, n: int, now: float) -> list[float] | None:
         """:meth:`decode_segment_ends`'s array path as Python floats computed exactly as the arrays are: the

@@ -35,7 +35,8 @@ from typing import Optional
 import numpy as np
 
 from systems.config import HardwareConfig, ModelConfig
-from systems.sim.perf.base import ArrayLike, InstanceShape, ShapedPerfModel
+from systems.sim.perf.base import SCALAR_SEGMENT_MAX, ArrayLike, InstanceShape, ShapedPerfModel
+from systems.sim.perf.roofline_steps import roofline_segment_ends
 
 logger = logging.getLogger(__name__)
 
@@ -179,49 +180,21 @@ class RooflineModel(ShapedPerfModel):
         memory = self._t_weights + (sum_context + batch_size) * self._t_kv_token
         return self._combine(compute, memory, batch_size)
 
+    def decode_segment_ends(self, batch_size: int, context: int, n: int, now: float) -> list[float] | np.ndarray:
+        # PerfModel's, with the short stretches (one step too: the same doubles as now + decode_step_time_s, see
+        # roofline_steps) straight to the compiled loop
+        if n > SCALAR_SEGMENT_MAX:
+            return super().decode_segment_ends(batch_size, context, n, now)
+        return roofline_segment_ends(float(batch_size), float(context), n, now, self._t_attn_ctx, self._t_kv_token,
+                                     self._t_weights, self._overhead, self._t_flop_token, 1.0 - self.overlap,
+                                     self._comm_fixed, self._comm_token, self._full_overlap, self._no_comm)
+
     def _segment_ends(self, batch_size: int, context: int, n: int, now: float) -> list[float] | None:
-        # the array path above, one float at a time: compute = ctx * attn + b * flop; memory = (ctx + b) * kv
-        # + weights; then _combine's terms left to right (ctx and ctx + b are integers below 2**53: exact);
-        # summed
-        b = float(batch_size)
-        attn, kv, weights, overhead = self._t_attn_ctx, self._t_kv_token, self._t_weights, self._overhead
-        bf = b * self._t_flop_token
-        out = []
-        c = float(context)
-        acc = 0.0
-        if self._full_overlap and self._no_comm:  # the common case, without the per-step checks
-            last = c + (n - 1) * b  # the context at the last step (exact, as c += b gives it)
-            if attn >= 0.0 and kv >= 0.0 and last * attn + bf <= (c + b) * kv + weights:
-                # memory-bound at every step: compute and memory never decrease as c grows (correctly rounded
-                # products by non-negative constants and sums), so compute at the last step bounding memory
-                # at the first bounds it everywhere; np.maximum then gives memory (or an equal compute)
-                for _ in range(n):
-                    acc += ((c + b) * kv + weights) + overhead
-                    out.append(acc + now)
-                    c += b
-                return out
-            for _ in range(n):
-                compute = c * attn + bf
-                memory = (c + b) * kv + weights
-                acc += (compute if compute >= memory or compute != compute else memory) + overhead  # np.maximum
-                out.append(acc + now)
-                c += b
-            return out
-        full_overlap, no_comm = self._full_overlap, self._no_comm
-        under = 1.0 - self.overlap
-        comm_fixed, comm_b = self._comm_fixed, self._comm_token * b
-        for _ in range(n):
-            compute = c * attn + bf
-            memory = (c + b) * kv + weights
-            t = compute if compute >= memory or compute != compute else memory  # np.maximum (NaN wins)
-            if not full_overlap:
-                t = t + under * (compute if compute <= memory or compute != compute else memory)  # np.minimum
-            if not no_comm:
-                t = t + comm_fixed + comm_b
-            acc += t + overhead
-            out.append(acc + now)
-            c += b
-        return out
+        # the array path above, one float at a time (roofline_steps; ctx and ctx + b are integers below 2**53:
+        # exact)
+        return roofline_segment_ends(float(batch_size), float(context), n, now, self._t_attn_ctx, self._t_kv_token,
+                                     self._t_weights, self._overhead, self._t_flop_token, 1.0 - self.overlap,
+                                     self._comm_fixed, self._comm_token, self._full_overlap, self._no_comm)
 
     def decode_monotone_in_context(self) -> bool:
         # the context enters compute and memory with non-negative factors; max, min, and adding
