@@ -133,6 +133,9 @@ class RooflineModel(ShapedPerfModel):
         # terms that add exactly 0.0 to a positive time are skipped (the result is the same float)
         self._full_overlap = self.overlap == 1.0
         self._no_comm = self._comm_fixed == 0.0 and self._comm_token == 0.0
+        # the coefficients of a decode stretch, in roofline_segment_ends' order after (b, c, n, now)
+        self._stretch = (self._t_attn_ctx, self._t_kv_token, self._t_weights, self._overhead, self._t_flop_token,
+                         1.0 - self.overlap, self._comm_fixed, self._comm_token, self._full_overlap, self._no_comm)
 
     def _combine(self, compute, memory, tokens):
         """``max + (1 - overlap) * min + comm_fixed + comm_token * tokens + overhead``, left to right."""
@@ -185,16 +188,12 @@ class RooflineModel(ShapedPerfModel):
         # roofline_steps) straight to the compiled loop
         if n > SCALAR_SEGMENT_MAX:
             return super().decode_segment_ends(batch_size, context, n, now)
-        return roofline_segment_ends(float(batch_size), float(context), n, now, self._t_attn_ctx, self._t_kv_token,
-                                     self._t_weights, self._overhead, self._t_flop_token, 1.0 - self.overlap,
-                                     self._comm_fixed, self._comm_token, self._full_overlap, self._no_comm)
+        return roofline_segment_ends(float(batch_size), float(context), n, now, *self._stretch)
 
     def _segment_ends(self, batch_size: int, context: int, n: int, now: float) -> list[float] | None:
         # the array path above, one float at a time (roofline_steps; ctx and ctx + b are integers below 2**53:
         # exact)
-        return roofline_segment_ends(float(batch_size), float(context), n, now, self._t_attn_ctx, self._t_kv_token,
-                                     self._t_weights, self._overhead, self._t_flop_token, 1.0 - self.overlap,
-                                     self._comm_fixed, self._comm_token, self._full_overlap, self._no_comm)
+        return roofline_segment_ends(float(batch_size), float(context), n, now, *self._stretch)
 
     def decode_monotone_in_context(self) -> bool:
         # the context enters compute and memory with non-negative factors; max, min, and adding
