@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -121,22 +122,30 @@ def _job_processes(marker: str) -> list[int]:
     return found
 
 
-def _send(url: str, seed: int, max_tokens: int = 8, timeout_s: float = 600.0) -> dict[str, Any]:
+def _send(url: str, seed: int, max_tokens: int = 8, timeout_s: float = 600.0,
+          first_chunk: threading.Event | None = None) -> dict[str, Any]:
+    """One streamed completion; ``ended`` is when its stream ended (monotonic), ``first_chunk`` is set on the first
+    streamed line, so a caller can act while the request is demonstrably in flight."""
     prompt = [3 + (seed * 7919 + i * 31) % 4000 for i in range(300)]
     body = {"model": "tiny_llama", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
             "stream": True}
     req = urllib.request.Request(f"{url}/v1/completions", data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    lines: list[str] = []
     try:
         with opener.open(req, timeout=timeout_s) as resp:
-            text = resp.read().decode("utf-8", "replace")
+            for raw in resp:
+                lines.append(raw.decode("utf-8", "replace"))
+                if first_chunk is not None and raw.strip():
+                    first_chunk.set()
+            text = "".join(lines)
             return {"ok": resp.status == 200 and "[DONE]" in text and '"error"' not in text, "text": text,
-                    "instance": resp.headers.get("x-instance", "")}
+                    "instance": resp.headers.get("x-instance", ""), "ended": time.monotonic()}
     except (OSError, urllib.error.URLError) as exc:
-        return {"ok": False, "text": f"{type(exc).__name__}: {exc}", "instance": ""}
+        return {"ok": False, "text": f"{type(exc).__name__}: {exc}", "instance": "", "ended": time.monotonic()}
     except Exception as exc:  # an aborted stream
-        return {"ok": False, "text": f"{type(exc).__name__}: {exc}", "instance": ""}
+        return {"ok": False, "text": f"{type(exc).__name__}: {exc}", "instance": "", "ended": time.monotonic()}
 
 
 @in_fresh_process
@@ -212,12 +221,23 @@ def test_pd_across_nodes_serves_then_losing_the_decode_node_fails_cleanly(
             assert "Starting vLLM server" in (dep.run_dir / "d0" / "server.log").read_text()
             d0_pids = [p["pid"] for p in placed["processes"]["d0"]]
 
+            # the node is lost once every request streams (a condition, not a delay: no machine is too fast for
+            # it), and each asks for most of the context, so they are still decoding on b when it goes
+            max_tokens = cfg.model.max_model_len - 400
+            started = [threading.Event() for _ in range(4)]
             with concurrent.futures.ThreadPoolExecutor(4) as pool:
-                streaming = [pool.submit(_send, dep.router_url, 100 + k, 400, 300.0) for k in range(4)]
-                time.sleep(1.0)
+                streaming = [pool.submit(_send, dep.router_url, 100 + k, max_tokens, 300.0, started[k])
+                             for k in range(4)]
+                deadline = time.monotonic() + 300
+                while not all(e.is_set() for e in started) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert all(e.is_set() for e in started), "the requests never started streaming"
+                lost_at = time.monotonic()
                 ray_local.kill_node(cluster.root, "b")
                 done = [f.result() for f in streaming]
-            assert not all(r["ok"] for r in done), "requests in flight on the lost decode node all succeeded"
+            in_flight = [r for r in done if r["ended"] >= lost_at]
+            assert in_flight, f"every request ended before node b was lost: {[r['text'][-200:] for r in done]}"
+            assert not any(r["ok"] for r in in_flight), "a request in flight on the lost decode node succeeded"
             deadline = time.monotonic() + 120
             while any(procfs.is_running(pid) for pid in d0_pids) and time.monotonic() < deadline:
                 time.sleep(0.5)
