@@ -336,7 +336,7 @@ class SimInstance:
         assert ends is not None
         n = self._seg_n
         if isinstance(ends, list):
-            self._timeline.extend(ends if n == len(ends) else ends[:n])
+            self._timeline.fromlist(ends if n == len(ends) else ends[:n])  # sized once (extend grows it per item)
         else:  # the same doubles, as bytes
             self._timeline.frombytes(ends[:n].astype(np.float64, copy=False).tobytes())
         b = len(self.running)

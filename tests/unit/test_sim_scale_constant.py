@@ -1,6 +1,8 @@
 """The simulator's cheaper per-request paths (issue #14 item 4, the constant per request) give the very results of
-the paths they replace: short decode segments timed with Python floats, arrivals run as the event queue's
-stream, records built slot by slot, and prefix caches that keep their holder bit sets themselves."""
+the paths they replace: decode segments timed with Python floats (short ones always, longer ones on the compiled
+core, up to roofline.COMPILED_SEGMENT_MAX steps), the roofline's prefill and mixed iterations as plain functions,
+arrivals run as the event queue's stream, records built slot by slot, and prefix caches that keep their holder bit
+sets themselves."""
 
 from __future__ import annotations
 
@@ -13,11 +15,13 @@ from systems.policies.cache_aware import BlockLRU
 from systems.sim.events import EventQueue
 from systems.sim.load_index import BlockHolders
 from systems.sim.perf import base as perf_base
+from systems.sim.perf import roofline
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.distserve_fit import DISTSERVE_JSON, DistServeFitModel
 from systems.sim.perf.fitted import FittedProfileModel
 from systems.sim.perf.profiles import SPLITWISE_CSV, find_profile
 from systems.sim.perf.roofline import RooflineModel
+from systems.sim.perf.roofline_steps import roofline_segment_ends
 from systems.sim.perf.splitwise_profile import SplitwiseProfileModel
 from systems.sim.request import _build_record
 from tests.unit.test_perf_fitted_profile import TINY, make_profile
@@ -59,14 +63,64 @@ def test_short_segments_timed_in_python_give_the_array_floats(model: PerfModel) 
     rng = np.random.default_rng(7)
     for _ in range(400):
         b, c = int(rng.integers(1, 600)), int(rng.integers(0, 3_000_000))
-        n = int(rng.integers(1, perf_base.SCALAR_SEGMENT_MAX + 20))
+        n = int(rng.integers(1, roofline.COMPILED_SEGMENT_MAX + 20))
         now = float(rng.uniform(0, 1e5))
         got = model.decode_segment_ends(b, c, n, now)
-        if n <= perf_base.SCALAR_SEGMENT_MAX:  # timed in Python: a list of Python floats
-            assert type(got) is list and all(type(t) is float for t in got)
+        if n <= (roofline.LOOP_SEGMENT_MAX if isinstance(model, RooflineModel) else perf_base.SCALAR_SEGMENT_MAX):
+            assert type(got) is list and all(type(t) is float for t in got)  # timed by a loop: Python floats
         else:  # the array itself
             assert isinstance(got, np.ndarray) and got.dtype == np.float64
         assert list(got) == _array_ends(model, b, c, n, now)  # exact: the same floats
+
+
+@pytest.mark.parametrize("model", _models()[:2], ids=("full_overlap", "overlap_tp8"))
+def test_the_stretch_loop_gives_the_array_floats_at_any_length(model: RooflineModel) -> None:
+    """What lets the compiled core time longer stretches with its loop than the sources do (roofline.LOOP_SEGMENT_MAX):
+    up to the longest stretch an instance plans (SEGMENT_CAP), the loop's floats are the array path's, whichever
+    of the two (compiled or from its source) this process runs."""
+    from systems.sim.instance import SEGMENT_CAP
+    rng = np.random.default_rng(11)
+    for n in (perf_base.SCALAR_SEGMENT_MAX + 1, 200, SEGMENT_CAP, *rng.integers(49, SEGMENT_CAP, 20)):
+        b, c, now = int(rng.integers(1, 600)), int(rng.integers(0, 3_000_000)), float(rng.uniform(0, 1e5))
+        got = roofline_segment_ends(float(b), float(c), int(n), now, *model._stretch)
+        assert got == _array_ends(model, b, c, int(n), now)
+
+
+def _combined(m: RooflineModel, compute: float, memory: float, tokens: float) -> float:
+    """An iteration's time as the roofline model computed it on scalars before its arithmetic moved to
+    roofline_steps: Python's max and min, then the terms left to right."""
+    t = max(compute, memory)
+    if m.overlap != 1.0:
+        t = t + (1.0 - m.overlap) * min(compute, memory)
+    if m._comm_fixed != 0.0 or m._comm_token != 0.0:
+        t = t + m._comm_fixed + m._comm_token * tokens
+    return t + m._overhead
+
+
+@pytest.mark.parametrize("model", _models()[:2], ids=("full_overlap", "overlap_tp8"))
+def test_prefill_and_mixed_iterations_give_the_floats_of_the_formula(model: RooflineModel) -> None:
+    """RooflineModel.prefill_time_s and mixed_step_time_s (roofline_steps' functions, compiled with the core)
+    give the very floats of the model's formula evaluated in Python, for integer, float and NumPy arguments,
+    on both sides of the roofline."""
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        tokens = int(rng.integers(0, 40_000))
+        sq = float(tokens) ** 2 - float(int(rng.integers(0, max(tokens, 1)))) ** 2
+        b, ctx = int(rng.integers(0, 400)), int(rng.integers(0, 2_000_000))
+        expect = 0.0 if tokens <= 0 else _combined(
+            model, tokens * model._t_flop_token + sq * model._t_attn_sq, model._t_weights + tokens * model._t_kv_token,
+            tokens)
+        for arg in (tokens, float(tokens), np.int64(tokens)):
+            got = model.prefill_time_s(arg, sq, 1)
+            assert type(got) is float and got == expect, (arg, sq)
+        total = tokens + b
+        expect = 0.0 if total <= 0 else _combined(
+            model, total * model._t_flop_token + sq * model._t_attn_sq + ctx * model._t_attn_ctx,
+            model._t_weights + (total + ctx) * model._t_kv_token, total)
+        for args in ((tokens, sq, 2, b, ctx), (float(tokens), sq, 2, b, float(ctx)), (np.int64(tokens), sq, 2, b, ctx)):
+            got = model.mixed_step_time_s(*args)
+            assert type(got) is float and got == expect, args
+    assert model.prefill_time_s(0, 0.0) == 0.0 and model.mixed_step_time_s(0, 0.0, 0, 0, 0) == 0.0
 
 
 @pytest.mark.parametrize(("b", "c", "n", "bound"), [

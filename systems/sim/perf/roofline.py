@@ -30,15 +30,25 @@ from __future__ import annotations
 
 import logging
 import math
+import types
 from typing import Optional
 
 import numpy as np
 
 from systems.config import HardwareConfig, ModelConfig
 from systems.sim.perf.base import SCALAR_SEGMENT_MAX, ArrayLike, InstanceShape, ShapedPerfModel
-from systems.sim.perf.roofline_steps import roofline_segment_ends
+from systems.sim.perf.roofline_steps import roofline_mixed_s, roofline_prefill_s, roofline_segment_ends
 
 logger = logging.getLogger(__name__)
+
+# whether the decode-stretch loop is the compiled core's (systems.sim.native): compiled, it times longer
+# stretches than from its Python source before NumPy's arrays are cheaper (their fixed cost per call, several
+# microseconds, against tens of nanoseconds a step for the loop's floats and the timeline's copy of them:
+# python -m harness.bench.stretch_timing_bench). The floats are the same either way
+# (tests/unit/test_sim_scale_constant.py)
+STRETCH_LOOP_COMPILED = not isinstance(roofline_segment_ends, types.FunctionType)
+COMPILED_SEGMENT_MAX = 192
+LOOP_SEGMENT_MAX = COMPILED_SEGMENT_MAX if STRETCH_LOOP_COMPILED else SCALAR_SEGMENT_MAX  # longest stretch the loop times
 
 GIB = 1024**3
 WEIGHT_BYTES_PER_PARAM = 2  # bf16
@@ -133,7 +143,8 @@ class RooflineModel(ShapedPerfModel):
         # terms that add exactly 0.0 to a positive time are skipped (the result is the same float)
         self._full_overlap = self.overlap == 1.0
         self._no_comm = self._comm_fixed == 0.0 and self._comm_token == 0.0
-        # the coefficients of a decode stretch, in roofline_segment_ends' order after (b, c, n, now)
+        # the coefficients of a decode stretch, in roofline_segment_ends' order after (b, c, n, now); the
+        # prefill and mixed iterations' functions take them after attn_sq
         self._stretch = (self._t_attn_ctx, self._t_kv_token, self._t_weights, self._overhead, self._t_flop_token,
                          1.0 - self.overlap, self._comm_fixed, self._comm_token, self._full_overlap, self._no_comm)
 
@@ -152,11 +163,9 @@ class RooflineModel(ShapedPerfModel):
         return t + self._overhead
 
     def prefill_time_s(self, sum_tokens: float, sum_sq_tokens: float, n_seqs: int = 1) -> float:
-        if sum_tokens <= 0:
-            return 0.0
-        compute = sum_tokens * self._t_flop_token + sum_sq_tokens * self._t_attn_sq
-        memory = self._t_weights + sum_tokens * self._t_kv_token
-        return float(self._combine(compute, memory, sum_tokens))
+        # _combine's arithmetic on floats (roofline_steps: compiled with the simulator's core); float() of an
+        # integer is the conversion Python makes when it multiplies one by a float
+        return roofline_prefill_s(float(sum_tokens), float(sum_sq_tokens), self._t_attn_sq, *self._stretch)
 
     def decode_step_time_s(self, batch_size: ArrayLike, sum_context: ArrayLike) -> ArrayLike:
         if isinstance(sum_context, np.ndarray) and not isinstance(batch_size, np.ndarray):
@@ -184,9 +193,9 @@ class RooflineModel(ShapedPerfModel):
         return self._combine(compute, memory, batch_size)
 
     def decode_segment_ends(self, batch_size: int, context: int, n: int, now: float) -> list[float] | np.ndarray:
-        # PerfModel's, with the short stretches (one step too: the same doubles as now + decode_step_time_s, see
-        # roofline_steps) straight to the compiled loop
-        if n > SCALAR_SEGMENT_MAX:
+        # PerfModel's, with the stretches the loop times (one step too: the same doubles as now +
+        # decode_step_time_s, see roofline_steps) straight to it
+        if n > LOOP_SEGMENT_MAX:
             return super().decode_segment_ends(batch_size, context, n, now)
         return roofline_segment_ends(float(batch_size), float(context), n, now, *self._stretch)
 
@@ -203,12 +212,8 @@ class RooflineModel(ShapedPerfModel):
     def mixed_step_time_s(self, sum_tokens: float, sum_sq_tokens: float, n_seqs: int,
                           batch_size: int, sum_context: float) -> float:
         """Prefill chunks and decodes in one iteration: weights read once, FLOPs and KV traffic added."""
-        tokens = sum_tokens + batch_size
-        if tokens <= 0:
-            return 0.0
-        compute = tokens * self._t_flop_token + sum_sq_tokens * self._t_attn_sq + sum_context * self._t_attn_ctx
-        memory = self._t_weights + (tokens + sum_context) * self._t_kv_token
-        return float(self._combine(compute, memory, tokens))
+        return roofline_mixed_s(float(sum_tokens), float(sum_sq_tokens), float(batch_size), float(sum_context),
+                                self._t_attn_sq, *self._stretch)
 
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "hardware": self.hw.name, "tp": self.shape.tp, "pp": self.shape.pp,

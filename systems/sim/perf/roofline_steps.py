@@ -1,13 +1,14 @@
-"""The roofline model's decode stretches on Python floats: the hot loop of a simulation (every stretch of
-decode-only steps of at most ``SCALAR_SEGMENT_MAX`` steps), as a plain function over the model's coefficients so
-that it compiles with the simulator's core (:mod:`systems.sim.native`) while
+"""The roofline model's arithmetic on Python floats where a simulation spends its time: every stretch of
+decode-only steps, and every prefill and mixed iteration. Plain functions over the model's coefficients, so
+that they compile with the simulator's core (:mod:`systems.sim.native`) while
 :class:`~systems.sim.perf.roofline.RooflineModel` stays an ordinary class (pickled to worker processes,
 introspected by the registry).
 
-Each step repeats the array path of ``RooflineModel.decode_step_time_s`` one float at a time, the same
-operations in the same order (see ``RooflineModel._segment_ends``), so the results are the same doubles. The
-compiled build is made with ``-ffp-contract=off`` (:mod:`systems.sim.native_build`): no multiply-add is fused
-into one rounding where Python rounds twice.
+Each function repeats what ``RooflineModel`` computes, the same operations in the same order, so the results
+are the same doubles: a decode stretch the array path of ``RooflineModel.decode_step_time_s`` one float at a
+time (see ``RooflineModel._segment_ends``), an iteration ``RooflineModel._combine`` on scalars. The compiled
+build is made with ``-ffp-contract=off`` (:mod:`systems.sim.native_build`): no multiply-add is fused into one
+rounding where Python rounds twice.
 """
 
 from __future__ import annotations
@@ -55,3 +56,44 @@ def roofline_segment_ends(b: float, c: float, n: int, now: float, attn: float, k
         out.append(acc + now)
         c += b
     return out
+
+
+def roofline_iteration_s(compute: float, memory: float, tokens: float, under: float, comm_fixed: float,
+                         comm_token: float, overhead: float, full_overlap: bool, no_comm: bool) -> float:
+    """One iteration from its compute and memory times, as ``RooflineModel._combine`` on scalars: the larger
+    (Python's ``max``: ``compute`` unless ``memory`` is greater), plus ``under`` times the smaller (``min``:
+    ``compute`` unless ``memory`` is less) unless ``full_overlap``, plus ``comm_fixed + comm_token * tokens``
+    unless ``no_comm``, plus ``overhead``, left to right."""
+    t = memory if memory > compute else compute
+    if not full_overlap:
+        t = t + under * (memory if memory < compute else compute)
+    if not no_comm:
+        t = t + comm_fixed + comm_token * tokens
+    return t + overhead
+
+
+def roofline_prefill_s(sum_tokens: float, sum_sq_tokens: float, attn_sq: float, attn: float, kv: float,
+                       weights: float, overhead: float, flop: float, under: float, comm_fixed: float,
+                       comm_token: float, full_overlap: bool, no_comm: bool) -> float:
+    """A prefill iteration of ``sum_tokens`` tokens (``RooflineModel.prefill_time_s``); ``attn`` is unused (the
+    coefficients come in the order of :func:`roofline_segment_ends`'s)."""
+    if sum_tokens <= 0:
+        return 0.0
+    compute = sum_tokens * flop + sum_sq_tokens * attn_sq
+    memory = weights + sum_tokens * kv
+    return roofline_iteration_s(compute, memory, sum_tokens, under, comm_fixed, comm_token, overhead, full_overlap,
+                                no_comm)
+
+
+def roofline_mixed_s(sum_tokens: float, sum_sq_tokens: float, batch_size: float, sum_context: float, attn_sq: float,
+                     attn: float, kv: float, weights: float, overhead: float, flop: float, under: float,
+                     comm_fixed: float, comm_token: float, full_overlap: bool, no_comm: bool) -> float:
+    """Prefill chunks and ``batch_size`` decodes in one iteration (``RooflineModel.mixed_step_time_s``). Token
+    counts are integers below 2**53, so their float sums are exact, as Python's integer sums are."""
+    tokens = sum_tokens + batch_size
+    if tokens <= 0:
+        return 0.0
+    compute = tokens * flop + sum_sq_tokens * attn_sq + sum_context * attn
+    memory = weights + (tokens + sum_context) * kv
+    return roofline_iteration_s(compute, memory, tokens, under, comm_fixed, comm_token, overhead, full_overlap,
+                                no_comm)
