@@ -444,7 +444,7 @@ class Cluster(InstanceHooks):
             cached = reuse
         if cached > req.prompt - 1:
             cached = req.prompt - 1
-        req.est_work_s = float(inst.perf.prefill_time_s(req.prompt - cached, float(req.prompt) ** 2 - float(cached) ** 2, 1))
+        req.est_work_s = inst.prefill_estimate_s(req.prompt - cached, float(req.prompt) ** 2 - float(cached) ** 2)
         req.cached_tokens = reuse
         inst.enqueue_prefill(req, now)
         if self._route_index is not None:

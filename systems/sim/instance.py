@@ -43,6 +43,7 @@ from harness.records import RequestStatus
 from systems.policies.cache_aware import BlockLRU
 from systems.sim.events import PRIO_ITERATION, EventQueue
 from systems.sim.perf.base import InstanceShape, PerfModel
+from systems.sim.perf.roofline_steps import RooflineKernel
 from systems.sim.request import SimRequest
 
 SEGMENT_CAP = 1024  # decode iterations planned at once
@@ -65,7 +66,7 @@ class SimInstance:
     """A serving instance of one role: ``colocated`` (or ``mixed``), ``prefill`` or ``decode``."""
 
     __slots__ = (
-        "_chunks", "_decoding", "_finish_heap", "_seg_ends", "_seg_n", "_seg_start", "_timeline", "_timeline_list",
+        "_chunks", "_decoding", "_finish_heap", "_kernel", "_seg_ends", "_seg_n", "_seg_start", "_timeline", "_timeline_list",
         "_version", "budget", "busy", "busy_s", "capacity", "chunked", "dirty_log", "diter", "hbm", "hooks", "index",
         "loop", "max_seqs", "mix_whole", "name", "pending", "pending_ctx", "perf", "preemptions",
         "prefill_tokens_computed", "prefilling", "queued_tokens", "queued_work_s", "reserved", "role", "role_index",
@@ -81,6 +82,9 @@ class SimInstance:
         self.role = role
         self.shape = shape
         self.perf = perf
+        # the model's iteration times on the compiled core, when it has them (PerfModel.kernel): called instead of
+        # the model's methods, with the same floats
+        self._kernel: Optional[RooflineKernel] = perf.kernel() if isinstance(perf, PerfModel) else None
         self.loop = loop
         self.hooks = hooks
         self.budget = max_num_batched_tokens
@@ -130,10 +134,21 @@ class SimInstance:
     def kv_used(self) -> int:
         return self.running_ctx + self.reserved
 
+    def prefill_estimate_s(self, tokens: int, sum_sq_tokens: float) -> float:
+        """The model's time for one prefill iteration of ``tokens`` new tokens (one sequence): the scheduler's
+        estimate of queued prefill work."""
+        k = self._kernel
+        return k.prefill_s(float(tokens), sum_sq_tokens) if k is not None else \
+            float(self.perf.prefill_time_s(tokens, sum_sq_tokens, 1))
+
     def step_estimate_s(self, extra_seqs: int = 0, extra_ctx: int = 0) -> float:
         """Estimated decode step with ``extra_seqs`` more sequences of ``extra_ctx`` context in all."""
         b = len(self.running) + len(self.pending) + extra_seqs
-        return float(self.perf.decode_step_time_s(b, self.running_ctx + self.pending_ctx + extra_ctx)) if b > 0 else 0.0
+        if b <= 0:
+            return 0.0
+        ctx = self.running_ctx + self.pending_ctx + extra_ctx
+        k = self._kernel
+        return k.step_s(float(b), float(ctx)) if k is not None else float(self.perf.decode_step_time_s(b, ctx))
 
     # -- work arrives -----------------------------------------------------------------------------
     def enqueue_prefill(self, req: SimRequest, now: float) -> None:
@@ -207,7 +222,7 @@ class SimInstance:
             self.preemptions += 1
             req.ctx_target = req.prompt + req.generated
             req.computed = 0
-            req.est_work_s = float(self.perf.prefill_time_s(req.ctx_target, float(req.ctx_target) ** 2, 1))
+            req.est_work_s = self.prefill_estimate_s(req.ctx_target, float(req.ctx_target) ** 2)
             self.enqueue_prefill(req, now)
 
     def _begin_prefill(self, req: SimRequest, now: float) -> bool:
@@ -293,8 +308,13 @@ class SimInstance:
                 tok += c
                 sq += float(p + c) ** 2 - float(p) ** 2
             self._decoding = bool(b) and (self.chunked or (self.mix_whole and tok + b <= self.budget))
-            dur = self.perf.mixed_step_time_s(tok, sq, len(chunks), b, self.running_ctx) if self._decoding else \
-                self.perf.prefill_time_s(tok, sq, len(chunks))
+            k = self._kernel
+            if k is not None:
+                dur = k.mixed_s(float(tok), sq, float(b), float(self.running_ctx)) if self._decoding else \
+                    k.prefill_s(float(tok), sq)
+            else:
+                dur = self.perf.mixed_step_time_s(tok, sq, len(chunks), b, self.running_ctx) if self._decoding else \
+                    self.perf.prefill_time_s(tok, sq, len(chunks))
             self.busy = True
             self._chunks = chunks
             self._seg_ends = None
@@ -320,7 +340,9 @@ class SimInstance:
             n = SEGMENT_CAP
         if n < 1:
             n = 1
-        ends = self.perf.decode_segment_ends(b, self.running_ctx, n, now)
+        k = self._kernel
+        ends = k.segment_ends(float(b), float(self.running_ctx), n, now) if k is not None and n <= k.max_loop_steps \
+            else self.perf.decode_segment_ends(b, self.running_ctx, n, now)
         self.busy = True
         self._seg_start = now
         self._seg_ends = ends

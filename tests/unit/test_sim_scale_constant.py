@@ -123,6 +123,25 @@ def test_prefill_and_mixed_iterations_give_the_floats_of_the_formula(model: Roof
     assert model.prefill_time_s(0, 0.0) == 0.0 and model.mixed_step_time_s(0, 0.0, 0, 0, 0) == 0.0
 
 
+@pytest.mark.parametrize("model", _models()[:2], ids=("full_overlap", "overlap_tp8"))
+def test_the_kernel_an_instance_calls_gives_the_models_floats(model: RooflineModel) -> None:
+    """RooflineModel.kernel (what a simulated instance calls instead of the model's methods) gives the floats of
+    prefill_time_s, mixed_step_time_s, scalar decode_step_time_s and decode_segment_ends; the other models have
+    none (their instances call the methods)."""
+    kernel = model.kernel()
+    assert kernel.max_loop_steps == roofline.LOOP_SEGMENT_MAX
+    rng = np.random.default_rng(17)
+    for _ in range(300):
+        tokens, b, ctx = int(rng.integers(0, 40_000)), int(rng.integers(0, 400)), int(rng.integers(0, 2_000_000))
+        sq = float(tokens) ** 2 - float(int(rng.integers(0, max(tokens, 1)))) ** 2
+        assert kernel.prefill_s(float(tokens), sq) == model.prefill_time_s(tokens, sq, 1)
+        assert kernel.mixed_s(float(tokens), sq, float(b), float(ctx)) == model.mixed_step_time_s(tokens, sq, 3, b, ctx)
+        assert kernel.step_s(float(b), float(ctx)) == float(model.decode_step_time_s(b, ctx))
+        n, now = int(rng.integers(1, kernel.max_loop_steps + 1)), float(rng.uniform(0, 1e5))
+        assert kernel.segment_ends(float(b + 1), float(ctx), n, now) == list(model.decode_segment_ends(b + 1, ctx, n, now))
+    assert all(m.kernel() is None for m in _models()[2:])
+
+
 @pytest.mark.parametrize(("b", "c", "n", "bound"), [
     (4, 1_000, 30, "memory"),  # memory at every step: the loop that skips the compute term
     (300, 0, 40, "compute"),  # compute at every step

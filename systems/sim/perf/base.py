@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from systems.config import HardwareConfig, ModelConfig
+from systems.sim.perf.roofline_steps import RooflineKernel
 
 ArrayLike = float | int | np.ndarray
 
@@ -88,6 +90,13 @@ class PerfModel(ABC):
         context + batch_size, ..., context + (n - 1) * batch_size`` (float64), summed left to right from 0.0
         (as NumPy's ``cumsum`` adds) and each sum added to ``now``; None: no such path (the array is
         evaluated)."""
+        return None
+
+    def kernel(self) -> Optional[RooflineKernel]:
+        """The model's iteration times as an object of the simulator's compiled core, which a simulated instance
+        calls instead of :meth:`prefill_time_s`, :meth:`mixed_step_time_s`, scalar :meth:`decode_step_time_s` and
+        :meth:`decode_segment_ends` (up to its ``max_loop_steps``): the same floats without a Python frame per
+        call. Default: None (the instance calls the methods)."""
         return None
 
     def decode_monotone_in_context(self) -> bool:

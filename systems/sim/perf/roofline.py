@@ -37,7 +37,12 @@ import numpy as np
 
 from systems.config import HardwareConfig, ModelConfig
 from systems.sim.perf.base import SCALAR_SEGMENT_MAX, ArrayLike, InstanceShape, ShapedPerfModel
-from systems.sim.perf.roofline_steps import roofline_mixed_s, roofline_prefill_s, roofline_segment_ends
+from systems.sim.perf.roofline_steps import (
+    RooflineKernel,
+    roofline_mixed_s,
+    roofline_prefill_s,
+    roofline_segment_ends,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -203,6 +208,10 @@ class RooflineModel(ShapedPerfModel):
         # the array path above, one float at a time (roofline_steps; ctx and ctx + b are integers below 2**53:
         # exact)
         return roofline_segment_ends(float(batch_size), float(context), n, now, *self._stretch)
+
+    def kernel(self) -> RooflineKernel:
+        # a new one each time: nothing compiled is kept in the model (it is pickled to worker processes)
+        return RooflineKernel(self._t_attn_sq, *self._stretch, LOOP_SEGMENT_MAX)
 
     def decode_monotone_in_context(self) -> bool:
         # the context enters compute and memory with non-negative factors; max, min, and adding

@@ -1,6 +1,7 @@
 """The roofline model's arithmetic on Python floats where a simulation spends its time: every stretch of
-decode-only steps, and every prefill and mixed iteration. Plain functions over the model's coefficients, so
-that they compile with the simulator's core (:mod:`systems.sim.native`) while
+decode-only steps, and every prefill and mixed iteration. Plain functions over the model's coefficients, and
+:class:`RooflineKernel`, which binds them to one model's coefficients for a simulated instance to call, so that
+they compile with the simulator's core (:mod:`systems.sim.native`) while
 :class:`~systems.sim.perf.roofline.RooflineModel` stays an ordinary class (pickled to worker processes,
 introspected by the registry).
 
@@ -97,3 +98,55 @@ def roofline_mixed_s(sum_tokens: float, sum_sq_tokens: float, batch_size: float,
     memory = weights + (tokens + sum_context) * kv
     return roofline_iteration_s(compute, memory, tokens, under, comm_fixed, comm_token, overhead, full_overlap,
                                 no_comm)
+
+
+class RooflineKernel:
+    """A roofline model's coefficients with the functions above bound to them: what a simulated instance calls
+    for its iterations (``SimInstance``; ``RooflineModel.kernel`` makes one). Compiled with the simulator's core, an
+    instance calls it without a Python frame, the arguments' conversions or a tuple of coefficients; the floats are
+    those of ``RooflineModel``'s methods (the same functions on the same coefficients).
+    ``max_loop_steps``: the longest decode stretch :meth:`segment_ends` is asked to time (longer ones go to the
+    model's NumPy path)."""
+
+    __slots__ = ("attn", "attn_sq", "comm_fixed", "comm_token", "flop", "full_overlap", "kv", "max_loop_steps",
+                 "no_comm", "overhead", "under", "weights")
+
+    def __init__(self, attn_sq: float, attn: float, kv: float, weights: float, overhead: float, flop: float,
+                 under: float, comm_fixed: float, comm_token: float, full_overlap: bool, no_comm: bool,
+                 max_loop_steps: int) -> None:
+        self.attn_sq = attn_sq
+        self.attn = attn
+        self.kv = kv
+        self.weights = weights
+        self.overhead = overhead
+        self.flop = flop
+        self.under = under
+        self.comm_fixed = comm_fixed
+        self.comm_token = comm_token
+        self.full_overlap = full_overlap
+        self.no_comm = no_comm
+        self.max_loop_steps = max_loop_steps
+
+    def prefill_s(self, sum_tokens: float, sum_sq_tokens: float) -> float:
+        """``RooflineModel.prefill_time_s``."""
+        return roofline_prefill_s(sum_tokens, sum_sq_tokens, self.attn_sq, self.attn, self.kv, self.weights,
+                                  self.overhead, self.flop, self.under, self.comm_fixed, self.comm_token,
+                                  self.full_overlap, self.no_comm)
+
+    def mixed_s(self, sum_tokens: float, sum_sq_tokens: float, batch_size: float, sum_context: float) -> float:
+        """``RooflineModel.mixed_step_time_s``."""
+        return roofline_mixed_s(sum_tokens, sum_sq_tokens, batch_size, sum_context, self.attn_sq, self.attn, self.kv,
+                                self.weights, self.overhead, self.flop, self.under, self.comm_fixed, self.comm_token,
+                                self.full_overlap, self.no_comm)
+
+    def step_s(self, batch_size: float, sum_context: float) -> float:
+        """``RooflineModel.decode_step_time_s`` on scalars."""
+        compute = batch_size * self.flop + sum_context * self.attn
+        memory = self.weights + (sum_context + batch_size) * self.kv
+        return roofline_iteration_s(compute, memory, batch_size, self.under, self.comm_fixed, self.comm_token,
+                                    self.overhead, self.full_overlap, self.no_comm)
+
+    def segment_ends(self, b: float, c: float, n: int, now: float) -> list[float]:
+        """``RooflineModel.decode_segment_ends`` for ``n <= max_loop_steps``."""
+        return roofline_segment_ends(b, c, n, now, self.attn, self.kv, self.weights, self.overhead, self.flop,
+                                     self.under, self.comm_fixed, self.comm_token, self.full_overlap, self.no_comm)
