@@ -1,7 +1,12 @@
-"""The event queue: a heap of ``(time, priority, seq, handler, arg)``; the clock belongs to the queue.
+"""The event queue: a heap of events ordered by ``(time, priority, seq)``; the clock belongs to the queue.
 
 ``seq`` is a per-queue counter, so events at the same time and priority run in the order they were
 scheduled and a run is deterministic. Handlers receive the event time and schedule follow-ups.
+
+The heap is this module's own (a binary heap of :class:`_Event` objects): compiled with the simulator's core
+(:mod:`systems.sim.native`), its comparisons read two fields of a C struct where ``heapq`` on tuples compared
+Python objects. The order is a strict total order (no two events share a ``seq``), so every pop takes the one
+smallest event and the events run in the very order ``heapq`` ran them.
 
 A *stream* (:meth:`EventQueue.set_stream`) is a list of events known in advance, already in time order, all
 of one priority that no scheduled event uses (the simulator's arrivals): the queue runs them where the heap
@@ -12,7 +17,6 @@ heap one by one. They count as events (``processed``, ``len``) like the others.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from heapq import heappop, heappush
 from typing import Any
 
 # Priorities at equal times: iteration ends free capacity before new work is placed on it.
@@ -23,6 +27,65 @@ PRIO_SAMPLE = 3
 
 INF = float("inf")
 
+SEQ_BITS = 40  # an event's key is priority << SEQ_BITS | seq: (priority, seq) in one integer
+SEQ_LIMIT = 1 << SEQ_BITS
+PRIO_LIMIT = 1 << 20
+
+
+class _Event:
+    """One scheduled event: ``handler(time, arg)``, ordered by ``(time, key)``."""
+
+    __slots__ = ("arg", "handler", "key", "time")
+
+    def __init__(self, time: float, key: int, handler: Callable[[float, Any], None], arg: Any) -> None:
+        self.time = time
+        self.key = key
+        self.handler = handler
+        self.arg = arg
+
+
+def _push(heap: list[_Event], event: _Event) -> None:
+    """Add ``event`` to ``heap`` (a binary heap, smallest ``(time, key)`` first)."""
+    heap.append(event)
+    t, k = event.time, event.key
+    i = len(heap) - 1
+    while i > 0:
+        parent = (i - 1) >> 1
+        above = heap[parent]
+        if t < above.time or (t == above.time and k < above.key):
+            heap[i] = above
+            i = parent
+        else:
+            break
+    heap[i] = event
+
+
+def _pop(heap: list[_Event]) -> _Event:
+    """Remove and return the smallest event of a non-empty ``heap``."""
+    top = heap[0]
+    last = heap.pop()
+    n = len(heap)
+    if n:
+        t, k = last.time, last.key
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            child = heap[c]
+            if c + 1 < n:
+                right = heap[c + 1]
+                if right.time < child.time or (right.time == child.time and right.key < child.key):
+                    c += 1
+                    child = right
+            if child.time < t or (child.time == t and child.key < k):
+                heap[i] = child
+                i = c
+            else:
+                break
+        heap[i] = last
+    return top
+
 
 class EventQueue:
     """A discrete-event clock and its pending events."""
@@ -31,7 +94,7 @@ class EventQueue:
                  "now", "processed")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, int, Callable[[float, Any], None], Any]] = []
+        self._heap: list[_Event] = []
         self._seq = 0
         self.now = 0.0
         self.processed = 0
@@ -44,7 +107,10 @@ class EventQueue:
     def schedule(self, time: float, priority: int, handler: Callable[[float, Any], None], arg: Any = None) -> None:
         """Run ``handler(time, arg)`` at ``time`` (never before the current time)."""
         self._seq += 1
-        heappush(self._heap, (time if time > self.now else self.now, priority, self._seq, handler, arg))
+        if self._seq >= SEQ_LIMIT or not 0 <= priority < PRIO_LIMIT:
+            raise OverflowError(f"event {self._seq} of priority {priority}: the queue orders at most {SEQ_LIMIT} "
+                                f"events of priorities 0..{PRIO_LIMIT - 1}")
+        _push(self._heap, _Event(time if time > self.now else self.now, priority << SEQ_BITS | self._seq, handler, arg))
 
     def set_stream(self, times: Sequence[float], priority: int, handler: Callable[[float, Any], None],
                    args: Sequence[Any]) -> None:
@@ -64,7 +130,6 @@ class EventQueue:
             progress_every: int = 20000) -> None:
         """Process events in order until none is left or the next is after ``until``."""
         heap = self._heap
-        pop = heappop
         n = 0
         times, args, on_stream, prio = self._stream_times, self._stream_args, self._stream_handler, self._stream_prio
         k, n_stream = self._stream_pos, len(times)
@@ -73,7 +138,7 @@ class EventQueue:
             while True:
                 if heap:
                     top = heap[0]
-                    if t_next < top[0] or (t_next == top[0] and prio < top[1]):
+                    if t_next < top.time or (t_next == top.time and prio < top.key >> SEQ_BITS):
                         time = t_next
                         arg = args[k]
                         k += 1
@@ -82,9 +147,9 @@ class EventQueue:
                         self.now = time
                         on_stream(time, arg)  # type: ignore[misc]
                     else:
-                        time, _, _, handler, arg = pop(heap)
-                        self.now = time
-                        handler(time, arg)
+                        event = _pop(heap)
+                        self.now = event.time
+                        event.handler(event.time, event.arg)
                 elif k < n_stream:
                     time = t_next
                     arg = args[k]
@@ -98,13 +163,15 @@ class EventQueue:
                 n += 1
             self.processed += n
             return
+        time = self.now
         while True:
-            if heap and not (t_next < heap[0][0] or (t_next == heap[0][0] and prio < heap[0][1])):
-                if heap[0][0] > until:
+            if heap and not (t_next < heap[0].time or (t_next == heap[0].time and prio < heap[0].key >> SEQ_BITS)):
+                if heap[0].time > until:
                     break
-                time, _, _, handler, arg = pop(heap)
+                event = _pop(heap)
+                time = event.time
                 self.now = time
-                handler(time, arg)
+                event.handler(time, event.arg)
             elif k < n_stream:
                 if t_next > until:
                     break

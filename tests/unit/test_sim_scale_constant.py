@@ -211,6 +211,55 @@ def test_stream_events_run_where_the_heap_would_put_them() -> None:
     assert names == ["a0", "a1", "it", "a2", "sample", "transfer", "a3", "a4", "late"]
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_queue_runs_events_in_the_order_heapq_runs_them(seed: int) -> None:
+    """Random times with many ties, four priorities, handlers that schedule follow-ups (some in the past):
+    the queue's own heap runs them in heapq's ``(time, priority, seq)`` order."""
+    import heapq
+    import random
+
+    rng = random.Random(seed)
+    plan = [(float(rng.randint(0, 40)), rng.randint(0, 3), rng.random() < 0.3) for _ in range(3000)]
+
+    def by_queue() -> list[int]:
+        loop, order = EventQueue(), []
+
+        def fire(t: float, i: int) -> None:
+            order.append(i)
+            if plan[i][2] and i + 1500 < len(plan):  # a follow-up, possibly "before now" (runs at now)
+                j = i + 1500
+                loop.schedule(t + plan[j][0] - 20.0, plan[j][1], fire, j)
+        for i in range(1500):
+            loop.schedule(plan[i][0], plan[i][1], fire, i)
+        loop.run()
+        return order
+
+    def by_heapq() -> list[int]:
+        heap: list[tuple[float, int, int, int]] = []
+        seq, now, order = 0, 0.0, []
+        for i in range(1500):
+            seq += 1
+            heapq.heappush(heap, (max(plan[i][0], now), plan[i][1], seq, i))
+        while heap:
+            now, _, _, i = heapq.heappop(heap)
+            order.append(i)
+            if plan[i][2] and i + 1500 < len(plan):
+                j = i + 1500
+                seq += 1
+                heapq.heappush(heap, (max(now + plan[j][0] - 20.0, now), plan[j][1], seq, j))
+        return order
+
+    assert by_queue() == by_heapq()
+
+
+def test_the_queue_refuses_a_priority_it_cannot_order() -> None:
+    loop = EventQueue()
+    with pytest.raises(OverflowError, match="priorities 0"):
+        loop.schedule(1.0, -1, lambda t, _: None)
+    with pytest.raises(OverflowError, match="priorities 0"):
+        loop.schedule(1.0, 1 << 20, lambda t, _: None)
+
+
 def test_a_stream_stops_at_until_and_resumes() -> None:
     loop = EventQueue()
     seen: list[float] = []
