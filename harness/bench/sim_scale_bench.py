@@ -31,7 +31,8 @@ Cases:
   (2) 1,000,000 requests through 1,024 instances of the vLLM baseline (least outstanding): target <= 60 s wall
       and <= 4 GiB peak RSS. With ``--records objects`` its records are built one at a time and dropped (the
       cost of building them is counted, their memory is not: a run that keeps them holds a ``RequestRecord``
-      and a tuple of token times per request on top);
+      and a tuple of token times per request on top). ``--huge-pages both`` runs it on the compiled core with
+      Python's arenas on huge pages (:mod:`systems.sim.arenas`, the default) and without, side by side;
   (3) with ``--instructions``: machine instructions per request at the smallest and the largest size, counted by
       valgrind (``cachegrind`` without its cache simulation; Debian's ``valgrind`` package), for each design: a
       figure that neither the machine's speed nor its caches change, where case (1)'s seconds carry both (a
@@ -58,6 +59,7 @@ from typing import Any, Optional
 import numpy as np
 
 from harness.records import RequestSpec
+from systems.sim.arenas import ENV_SWITCH as HUGE_PAGES_SWITCH
 from systems.sim.native import ENV_SWITCH
 
 BLOCK = 256
@@ -119,7 +121,7 @@ def run_case(design: str, n_instances: int, n_requests: int, records: str = "col
     ``simulate_first``: generate ``n_requests`` but simulate only the first ones (case (3))."""
     from harness.collector import collector_paused
     from harness.studies.variants import compose_variant
-    from systems.sim import native
+    from systems.sim import arenas, native
     from systems.sim.record_columns import record_columns
     from systems.sim.simulation import SimulatedCluster
 
@@ -161,23 +163,26 @@ def run_case(design: str, n_instances: int, n_requests: int, records: str = "col
             "total_s": t3 - t1, "total_cpu_s": c3 - c1, "simulate_cpu_s": c2 - c1, "records_cpu_s": c3 - c2,
             "events": run.info["events"],
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "compiled": core.active, "core": core.reason}
+            "compiled": core.active, "core": core.reason, "huge_pages": arenas.available()}
 
 
 CORES = ("compiled", "sources")
 
 
 def _subprocess(design: str, n_instances: int, n_requests: int, records: str,
-                keep_records: bool = True, core: str = "compiled") -> dict[str, Any]:
+                keep_records: bool = True, core: str = "compiled", huge_pages: bool = True) -> dict[str, Any]:
     """One case in a child process on the simulator's compiled core or its Python sources (SystemExit when the
-    child cannot use the one asked for)."""
+    child cannot use the one asked for); ``huge_pages=False``: with ``DISAGG_SIM_HUGE_PAGES=0``
+    (:mod:`systems.sim.arenas`)."""
     cmd = [sys.executable, "-m", "harness.bench.sim_scale_bench", "--case", design, "--instances", str(n_instances),
            "--case-requests", str(n_requests), "--records", records]
     if not keep_records:
         cmd.append("--drop-records")
-    env = {k: v for k, v in os.environ.items() if k != ENV_SWITCH}
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_SWITCH, HUGE_PAGES_SWITCH)}
     if core == "sources":
         env[ENV_SWITCH] = "0"
+    if not huge_pages:
+        env[HUGE_PAGES_SWITCH] = "0"
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if result["compiled"] != (core == "compiled"):
@@ -234,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--core", choices=[*CORES, "both"], default="compiled",
                         help="the simulator's compiled core (systems/sim/native.py), its Python sources, or both "
                              "side by side (with the ratio)")
+    parser.add_argument("--huge-pages", choices=["on", "off", "both"], default="on",
+                        help="case (2) on the compiled core: Python's arenas on huge pages (systems.sim.arenas), "
+                             "not, or both side by side")
     parser.add_argument("--instructions", action="store_true", help="case (3): instructions per request (valgrind)")
     parser.add_argument("--instruction-requests", type=int, default=20_480, help="requests of each case (3) run")
     parser.add_argument("--case", help=argparse.SUPPRESS)
@@ -268,16 +276,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"(2) {args.million:,} requests through 1,024 instances (vLLM baseline, least outstanding), records as "
               f"{args.records}")
         totals = {}
-        for core in cores:
-            r = _subprocess("baseline", 1024, args.million, args.records, keep_records=False, core=core)
-            totals[core] = r["total_s"]
-            print(f"    {core:<8} generate {r['generate_s']:.1f} s (not counted), simulate {r['simulate_s']:.1f} s, "
+        pages = {"on": [True], "off": [False], "both": [True, False]}[args.huge_pages]
+        for core, huge in [(c, h) for c in cores for h in (pages if c == "compiled" else [True])]:
+            r = _subprocess("baseline", 1024, args.million, args.records, keep_records=False, core=core,
+                            huge_pages=huge)
+            label = core if len(pages) == 1 or core != "compiled" else f"{core}, huge-page arenas {'on' if huge else 'off'}"
+            totals[label] = r["total_s"]
+            if core == "compiled" and r["huge_pages"] != huge:
+                print(f"    (huge-page arenas asked {'on' if huge else 'off'}, the case ran with them "
+                      f"{'on' if r['huge_pages'] else 'off'}: systems.sim.arenas)")
+            print(f"    {label:<8} generate {r['generate_s']:.1f} s (not counted), simulate {r['simulate_s']:.1f} s, "
                   f"records {r['records_s']:.1f} s, total {r['total_s']:.1f} s wall, {r['total_cpu_s']:.1f} s cpu "
                   f"(target <= 60 s), peak RSS "
                   f"{r['peak_rss_mib']:.0f} MiB (target <= 4096 MiB), {r['ok']}/{r['requests']} ok, "
                   f"{r['tokens'] / 1e6:.1f} M tokens, {r['events']:,} events", flush=True)
-        if len(totals) == 2:
-            print(f"    sources / compiled: {totals['sources'] / totals['compiled']:.2f}x")
+        on, off = "compiled, huge-page arenas on", "compiled, huge-page arenas off"
+        compiled = totals.get("compiled", totals.get(on, totals.get(off)))
+        if "sources" in totals and compiled is not None:
+            print(f"    sources / compiled: {totals['sources'] / compiled:.2f}x")
+        if on in totals and off in totals:
+            print(f"    huge-page arenas off / on: {totals[off] / totals[on]:.2f}x")
     if args.instructions:
         lo, hi = min(args.sizes), max(args.sizes)
         print(f"(3) instructions per request (valgrind), {args.instruction_requests:,} requests, records as "

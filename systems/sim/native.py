@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 NATIVE_MODULES = ("systems.sim.events", "systems.sim.keys", "systems.sim.request", "systems.sim.record_columns",
                   "systems.sim.instance", "systems.sim.cluster", "systems.sim.load_index",
                   "systems.sim.perf.roofline_steps", "systems.policies.block_lru", "systems.policies.outstanding")
+# C extensions built with them, from a C source of the same name (systems/sim/_arenas.c: see systems.sim.arenas)
+C_MODULES = ("systems.sim._arenas",)
 GROUP = "systems_sim_native"  # mypyc's shared library of the group: the module <GROUP>__mypyc
 ENV_SWITCH = "DISAGG_SIM_NATIVE"  # "0": always import the sources
 MANIFEST = "manifest.json"
@@ -51,11 +53,11 @@ def build_dir(prefix: Optional[str] = None) -> Path:
 
 
 def source_path(module: str, root: Path = PROJECT_ROOT) -> Path:
-    """The source file of ``module`` (a dotted name under the project root)."""
-    return root.joinpath(*module.split(".")).with_suffix(".py")
+    """The source file of ``module`` (a dotted name under the project root): ``.c`` for :data:`C_MODULES`."""
+    return root.joinpath(*module.split(".")).with_suffix(".c" if module in C_MODULES else ".py")
 
 
-def source_hashes(modules: Sequence[str] = NATIVE_MODULES, root: Path = PROJECT_ROOT) -> dict[str, str]:
+def source_hashes(modules: Sequence[str] = NATIVE_MODULES + C_MODULES, root: Path = PROJECT_ROOT) -> dict[str, str]:
     """sha256 of each module's source, by module name."""
     return {m: hashlib.sha256(source_path(m, root).read_bytes()).hexdigest() for m in modules}
 
@@ -70,9 +72,10 @@ class NativeStatus:
 
 
 class NativeFinder(importlib.abc.MetaPathFinder):
-    """Finds the compiled :data:`NATIVE_MODULES` (and mypyc's group library) in one build directory."""
+    """Finds the compiled :data:`NATIVE_MODULES`, :data:`C_MODULES` and mypyc's group library in one build
+    directory."""
 
-    def __init__(self, directory: Path, modules: Sequence[str] = NATIVE_MODULES) -> None:
+    def __init__(self, directory: Path, modules: Sequence[str] = NATIVE_MODULES + C_MODULES) -> None:
         self.directory = directory
         self.modules = frozenset(modules)
 

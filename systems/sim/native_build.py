@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from systems.sim.native import (
+    C_MODULES,
     GROUP,
     MANIFEST,
     NATIVE_MODULES,
@@ -62,15 +63,18 @@ def check_toolchain() -> None:
 
 
 def compile_into(out: Path, work: Path) -> None:
-    """mypyc-compile :data:`NATIVE_MODULES` (C sources under ``work``), extensions into ``out``."""
+    """mypyc-compile :data:`NATIVE_MODULES` (C sources under ``work``) and build :data:`C_MODULES`, extensions
+    into ``out``."""
     from mypyc.build import mypycify
-    from setuptools import Distribution
+    from setuptools import Distribution, Extension
 
     paths = [str(source_path(m).relative_to(PROJECT_ROOT)) for m in NATIVE_MODULES]
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # the compiler commands, into build.log
     # a package without type information (tqdm has none, its stubs are a separate package) is typed Any: its calls
     # are made as the interpreter makes them
     extensions = mypycify([*MYPY_FLAGS, *paths], opt_level="3", group_name=GROUP, target_dir=str(work / "c"))
+    extensions += [Extension(m, [str(source_path(m).relative_to(PROJECT_ROOT))], extra_compile_args=["-O2"])
+                   for m in C_MODULES]
     for extension in extensions:
         extension.extra_compile_args = [*(extension.extra_compile_args or []), *C_FLAGS]
     dist = Distribution({"name": GROUP, "ext_modules": extensions, "script_name": "native_build",
@@ -107,7 +111,7 @@ def build(force: bool = False) -> Path:
                                                indent=1) + "\n", encoding="utf-8")
         shutil.rmtree(target, ignore_errors=True)
         shutil.move(str(out), str(target))
-    log.info("simulator core: compiled %d modules into %s in %.0f s", len(NATIVE_MODULES), target,
+    log.info("simulator core: compiled %d modules into %s in %.0f s", len(NATIVE_MODULES) + len(C_MODULES), target,
              time.perf_counter() - started)
     return target
 

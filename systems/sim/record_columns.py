@@ -22,6 +22,7 @@ from typing import Any, Optional
 import numpy as np
 
 from harness.records import RecordFieldColumns, RequestRecord, RequestStatus
+from systems.sim.arenas import huge_page_arenas
 from systems.sim.request import SimRequest
 
 NAN = math.nan
@@ -132,12 +133,13 @@ def _extra(requests: Sequence[SimRequest], specs: Sequence[Any], status: list[An
 
 
 def made_without_collector(make: Callable[[], tuple[RequestRecord, ...]]) -> tuple[RequestRecord, ...]:
-    """``make()`` with the cyclic garbage collector paused: millions of small objects that live as long as
-    the run, nothing for it to collect."""
+    """``make()`` with the cyclic garbage collector paused (millions of small objects that live as long as
+    the run, nothing for it to collect), their arenas on huge pages (:mod:`systems.sim.arenas`)."""
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return make()
+        with huge_page_arenas():
+            return make()
     finally:
         if gc_was_enabled:
             gc.enable()

@@ -21,7 +21,7 @@ def test_the_compiled_core_is_in_use() -> None:
     status = native.status()
     assert status.active or os.environ.get(native.ENV_SWITCH) == "0", status.reason
     if status.active:
-        for name in native.NATIVE_MODULES:
+        for name in (*native.NATIVE_MODULES, *native.C_MODULES):
             module = sys.modules.get(name)
             if module is not None:  # imported from the build, not from the sources
                 assert Path(module.__file__).is_relative_to(status.directory), (name, module.__file__)
@@ -45,7 +45,8 @@ def _manifest(directory: Path, sources: dict[str, str]) -> None:
 
 def test_a_build_from_other_sources_is_not_used(tmp_path: Path) -> None:
     hashes = native.source_hashes()
-    assert set(hashes) == set(native.NATIVE_MODULES) and all(len(h) == 64 for h in hashes.values())
+    assert set(hashes) == {*native.NATIVE_MODULES, *native.C_MODULES} and all(len(h) == 64 for h in hashes.values())
+    assert native.source_path("systems.sim._arenas").name == "_arenas.c"
     assert "no build" in native.check_build(tmp_path / "missing", hashes)
     _manifest(tmp_path, hashes)
     assert native.check_build(tmp_path, hashes) is None
