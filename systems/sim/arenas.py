@@ -9,10 +9,12 @@ changes; what the simulation computes does not.
 
 A no-op when the extension is not there (the compiled core is not built or not in use), on a kernel without
 transparent huge pages, or with ``DISAGG_SIM_HUGE_PAGES=0`` in the environment. Nested blocks install once.
+:func:`simulation_memory` adds the other half of how a run keeps its objects: the cyclic collector paused.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from collections.abc import Iterator
@@ -50,3 +52,18 @@ def huge_page_arenas() -> Iterator[None]:
     finally:
         if installed:
             _ARENAS.uninstall()  # type: ignore[union-attr]
+
+
+@contextmanager
+def simulation_memory() -> Iterator[None]:
+    """For a simulation or the building of its records: the cyclic collector paused (the block makes millions of
+    small objects that live to its end, which the collector would rescan again and again, at a cost growing with
+    the run, finding nothing) and their arenas on huge pages (:func:`huge_page_arenas`)."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with huge_page_arenas():
+            yield
+    finally:
+        if gc_was_enabled:
+            gc.enable()

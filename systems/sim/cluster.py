@@ -56,7 +56,6 @@ instant is dropped and the interval doubles, so the samples always cover the who
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
 from collections import Counter
@@ -67,7 +66,7 @@ from harness.records import RequestSpec, RequestStatus
 from systems.policies.base import IndexedLoads, InstanceLoad, OutstandingIndex, RouteRequest, RoutingPolicy
 from systems.policies.block_lru import BlockLRU
 from systems.policies.pd import DecodeView, PrefillView, PrefixSource, decode_overloaded
-from systems.sim.arenas import huge_page_arenas
+from systems.sim.arenas import simulation_memory
 from systems.sim.cluster_setup import ClusterSetup, SimRun
 from systems.sim.events import PRIO_ARRIVAL, PRIO_SAMPLE, PRIO_TRANSFER, EventQueue
 from systems.sim.instance import InstanceHooks, SimInstance
@@ -277,17 +276,8 @@ class Cluster(InstanceHooks):
     # -- the run ----------------------------------------------------------------------------------
     def run(self, specs: Sequence[RequestSpec], progress: bool = False) -> SimRun:
         """Simulate ``specs`` (arrivals at ``spec.arrival_s``) to completion."""
-        # the run allocates millions of small objects that live to the end (from the per-request state on): the
-        # cyclic collector would rescan all of them again and again (cost growing with run length) finding nothing
-        # and reaches them in no order the caches follow, so their arenas go on huge pages (systems.sim.arenas)
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            with huge_page_arenas():
-                return self._run(specs, progress)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
+        with simulation_memory():  # the collector paused, arenas on huge pages (systems.sim.arenas)
+            return self._run(specs, progress)
 
     def _run(self, specs: Sequence[RequestSpec], progress: bool) -> SimRun:
         block_sizes = {s.block_size for s in specs}

@@ -73,8 +73,7 @@ def compile_into(out: Path, work: Path) -> None:
     # a package without type information (tqdm has none, its stubs are a separate package) is typed Any: its calls
     # are made as the interpreter makes them
     extensions = mypycify([*MYPY_FLAGS, *paths], opt_level="3", group_name=GROUP, target_dir=str(work / "c"))
-    extensions += [Extension(m, [str(source_path(m).relative_to(PROJECT_ROOT))], extra_compile_args=["-O2"])
-                   for m in C_MODULES]
+    extensions += [Extension(m, [str(source_path(m).relative_to(PROJECT_ROOT))]) for m in C_MODULES]
     for extension in extensions:
         extension.extra_compile_args = [*(extension.extra_compile_args or []), *C_FLAGS]
     dist = Distribution({"name": GROUP, "ext_modules": extensions, "script_name": "native_build",

@@ -13,7 +13,6 @@ and the instances' iteration timelines.
 
 from __future__ import annotations
 
-import gc
 import math
 import operator
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +21,7 @@ from typing import Any, Optional
 import numpy as np
 
 from harness.records import RecordFieldColumns, RequestRecord, RequestStatus
-from systems.sim.arenas import huge_page_arenas
+from systems.sim.arenas import simulation_memory
 from systems.sim.request import SimRequest
 
 NAN = math.nan
@@ -133,16 +132,10 @@ def _extra(requests: Sequence[SimRequest], specs: Sequence[Any], status: list[An
 
 
 def made_without_collector(make: Callable[[], tuple[RequestRecord, ...]]) -> tuple[RequestRecord, ...]:
-    """``make()`` with the cyclic garbage collector paused (millions of small objects that live as long as
-    the run, nothing for it to collect), their arenas on huge pages (:mod:`systems.sim.arenas`)."""
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        with huge_page_arenas():
-            return make()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    """``make()`` with the cyclic garbage collector paused and the records' arenas on huge pages
+    (:func:`systems.sim.arenas.simulation_memory`)."""
+    with simulation_memory():
+        return make()
 
 
 class LazyRecords(Sequence[RequestRecord]):
