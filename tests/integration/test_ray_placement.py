@@ -30,6 +30,7 @@ import concurrent.futures
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -235,9 +236,15 @@ def test_pd_across_nodes_serves_then_losing_the_decode_node_fails_cleanly(
                 lost_at = time.monotonic()
                 ray_local.kill_node(cluster.root, "b")
                 done = [f.result() for f in streaming]
-            in_flight = [r for r in done if r["ended"] >= lost_at]
-            assert in_flight, f"every request ended before node b was lost: {[r['text'][-200:] for r in done]}"
-            assert not any(r["ok"] for r in in_flight), "a request in flight on the lost decode node succeeded"
+            # a request counts as ok only when it ran to its length on d0 before the loss (a stream cut by it and
+            # closed as if done would be a silent failure). The client's clock cannot tell: on a loaded machine a
+            # stream d0 finished just before the loss is read to its end after it
+            cut = [r for r in done if not r["ok"]]
+            assert cut, f"no request was in flight when node b was lost (lost at {lost_at:.1f}): " \
+                        f"{[(round(r['ended'], 1), r['text'][-200:]) for r in done]}"
+            ran_out = re.compile(r'"finish_reason":\s*"length"')
+            assert all(ran_out.search(r["text"]) for r in done if r["ok"]), \
+                "a request reported ok without running to its length on the lost decode node"
             deadline = time.monotonic() + 120
             while any(procfs.is_running(pid) for pid in d0_pids) and time.monotonic() < deadline:
                 time.sleep(0.5)
