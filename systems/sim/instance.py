@@ -21,7 +21,15 @@ step times form a known sequence (context grows by the batch size each step), so
 vectorised call, or Python floats for a short segment, the same floats), and cuts it short at
 the next iteration boundary if new work arrives. Each instance keeps the end time of every decode
 iteration (an ``array('d')``: 8 bytes each, extended from a list without NumPy's per-element conversion); a
-request's token times are a slice of that timeline.
+request's token times are a slice of that timeline. A planned segment's end times go into the timeline when
+it is planned (its entries past ``diter`` until it ends; a cut deletes the ones it drops): the list of floats
+the model returns is read and freed at once, while it is still in the processor's cache, where keeping it
+until the segment ended read it back from memory on a large cluster.
+
+Laid out for a large cluster, where an instance's objects have left the cache between two of its events:
+``outstanding`` is a counter kept with every change to the four queues (not their four lengths read), and the
+finish heap holds the running requests themselves, ordered by ``(finish_diter, rid)`` (a preempted one is
+taken out of it at once), so its comparisons read one object each, not a tuple and its integers.
 
 Every call that can change an instance's load (work arriving, KV released, an iteration ending) ends by
 appending the instance to ``dirty_log`` (once until the cluster clears ``touched``): the cluster re-keys
@@ -30,7 +38,6 @@ just those instances in its load indexes before its next choice (:mod:`systems.s
 
 from __future__ import annotations
 
-import heapq
 import math
 from array import array
 from bisect import bisect_right
@@ -47,6 +54,69 @@ from systems.sim.perf.roofline_steps import RooflineKernel
 from systems.sim.request import SimRequest
 
 SEGMENT_CAP = 1024  # decode iterations planned at once
+
+
+def _before(a: SimRequest, b: SimRequest) -> bool:
+    """``a`` finishes first: the finish heap's order, ``(finish_diter, rid)``."""
+    return a.finish_diter < b.finish_diter or (a.finish_diter == b.finish_diter and a.rid < b.rid)
+
+
+def _sift_up(heap: list[SimRequest], i: int, req: SimRequest) -> None:
+    """Place ``req`` at ``i`` or above it, moving larger parents down."""
+    while i > 0:
+        parent = (i - 1) >> 1
+        above = heap[parent]
+        if not _before(req, above):
+            break
+        heap[i] = above
+        i = parent
+    heap[i] = req
+
+
+def _sift_down(heap: list[SimRequest], i: int, req: SimRequest) -> None:
+    """Place ``req`` at ``i`` or below it, moving smaller children up."""
+    n = len(heap)
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        child = heap[c]
+        if c + 1 < n and _before(heap[c + 1], child):
+            c += 1
+            child = heap[c]
+        if not _before(child, req):
+            break
+        heap[i] = child
+        i = c
+    heap[i] = req
+
+
+def _finish_heap_push(heap: list[SimRequest], req: SimRequest) -> None:
+    """Add a running request to its instance's finish heap."""
+    heap.append(req)
+    _sift_up(heap, len(heap) - 1, req)
+
+
+def _finish_heap_pop(heap: list[SimRequest]) -> SimRequest:
+    """Remove and return the request of a non-empty finish heap that finishes first."""
+    top = heap[0]
+    last = heap.pop()
+    if heap:
+        _sift_down(heap, 0, last)
+    return top
+
+
+def _finish_heap_remove(heap: list[SimRequest], req: SimRequest) -> None:
+    """Take ``req`` (a preempted sequence) out of the finish heap, before its ``finish_diter`` changes."""
+    i = 0
+    while heap[i] is not req:
+        i += 1
+    last = heap.pop()
+    if i < len(heap):
+        if i > 0 and _before(last, heap[(i - 1) >> 1]):
+            _sift_up(heap, i, last)
+        else:
+            _sift_down(heap, i, last)
 
 
 class InstanceHooks:
@@ -66,9 +136,9 @@ class SimInstance:
     """A serving instance of one role: ``colocated`` (or ``mixed``), ``prefill`` or ``decode``."""
 
     __slots__ = (
-        "_chunks", "_decoding", "_finish_heap", "_kernel", "_seg_ends", "_seg_n", "_seg_start", "_timeline", "_timeline_list",
+        "_chunks", "_decoding", "_finish_heap", "_kernel", "_seg_n", "_seg_start", "_timeline", "_timeline_list",
         "_version", "budget", "busy", "busy_s", "capacity", "chunked", "dirty_log", "diter", "hbm", "hooks", "index",
-        "loop", "max_seqs", "mix_whole", "name", "pending", "pending_ctx", "perf", "preemptions",
+        "loop", "max_seqs", "mix_whole", "name", "outstanding", "pending", "pending_ctx", "perf", "preemptions",
         "prefill_tokens_computed", "prefilling", "queued_tokens", "queued_work_s", "reserved", "role", "role_index",
         "running", "running_ctx", "shape", "touched", "waiting",
     )
@@ -98,7 +168,8 @@ class SimInstance:
         self.pending: deque[SimRequest] = deque()  # KV arrived from a prefill instance, waiting to decode
         self.pending_ctx = 0  # context tokens of the pending requests
         self.running: dict[int, SimRequest] = {}
-        self._finish_heap: list[tuple[int, int, SimRequest]] = []
+        self._finish_heap: list[SimRequest] = []  # the running requests, smallest (finish_diter, rid) first
+        self.outstanding = 0  # requests in waiting, prefilling, running and pending
         self.running_ctx = 0  # context tokens of the running sequences
         self.reserved = 0  # KV tokens reserved by prefills in progress and finished prefills not yet handed off
         self.diter = 0  # decode iterations completed
@@ -108,8 +179,7 @@ class SimInstance:
         self._version = 0
         self._chunks: list[tuple[SimRequest, int]] = []
         self._decoding = False  # the running sequences decode in the current prefill iteration
-        self._seg_ends: Optional[list[float] | np.ndarray] = None  # end times of the planned decode segment
-        self._seg_n = 0
+        self._seg_n = 0  # iterations of the planned decode segment (0: none); their end times follow diter
         self._seg_start = 0.0
         self.queued_work_s = 0.0  # estimated prefill seconds of the waiting queue
         self.queued_tokens = 0
@@ -126,10 +196,6 @@ class SimInstance:
             self.dirty_log.append(self)
 
     # -- load views -------------------------------------------------------------------------------
-    @property
-    def outstanding(self) -> int:
-        return len(self.waiting) + len(self.prefilling) + len(self.running) + len(self.pending)
-
     @property
     def kv_used(self) -> int:
         return self.running_ctx + self.reserved
@@ -157,6 +223,7 @@ class SimInstance:
             self.waiting.appendleft(req)
         else:
             self.waiting.append(req)
+        self.outstanding += 1
         self.queued_work_s += req.est_work_s
         self.queued_tokens += req.ctx_target
         self._wake(now)
@@ -165,6 +232,7 @@ class SimInstance:
     def enqueue_decode(self, req: SimRequest, now: float) -> None:
         """A request whose KV has arrived joins the decode queue."""
         self.pending.append(req)
+        self.outstanding += 1
         self.pending_ctx += req.prompt + req.generated
         self._wake(now)
         self.touch()
@@ -178,14 +246,16 @@ class SimInstance:
         if not self.busy:
             self._start(now)
             return
-        ends = self._seg_ends
-        if ends is not None:  # cut the decode segment at the next iteration boundary
-            # (ends never decrease: searchsorted on the right is bisect_right)
-            n = (bisect_right(ends, now) if isinstance(ends, list) else int(ends.searchsorted(now, "right"))) + 1
-            if n < self._seg_n:
+        seg_n = self._seg_n
+        if seg_n:  # cut the decode segment at the next iteration boundary (its end times never decrease)
+            base = self.diter
+            timeline = self._timeline
+            n = bisect_right(timeline, now, base, base + seg_n) - base + 1
+            if n < seg_n:
+                del timeline[base + n:]
                 self._seg_n = n
                 self._version += 1
-                self.loop.schedule(float(ends[n - 1]), PRIO_ITERATION, self._end_segment, self._version)
+                self.loop.schedule(timeline[base + n - 1], PRIO_ITERATION, self._end_segment, self._version)
 
     # -- scheduling -------------------------------------------------------------------------------
     def _admit_pending(self, now: float) -> None:
@@ -195,6 +265,7 @@ class SimInstance:
             need = req.prompt + req.generated
             if need > self.capacity:
                 pending.popleft()
+                self.outstanding -= 1
                 self.pending_ctx -= need
                 self.hooks.on_failed(self, req, now, f"context of {need} tokens exceeds the KV capacity of "
                                      f"{self.name} ({self.capacity} tokens)")
@@ -202,6 +273,7 @@ class SimInstance:
             if self.running_ctx + self.reserved + need > self.capacity:
                 break
             pending.popleft()
+            self.outstanding -= 1
             self.pending_ctx -= need
             req.decode_start_s = now
             self._join_running(req)
@@ -211,6 +283,8 @@ class SimInstance:
         while running and self.running_ctx + self.reserved + len(running) > self.capacity:
             rid = next(reversed(running))
             req = running.pop(rid)
+            self.outstanding -= 1
+            _finish_heap_remove(self._finish_heap, req)
             done = self.diter - req.join_diter
             if done:
                 req.ranges.append((self, req.join_diter, done))
@@ -234,13 +308,14 @@ class SimInstance:
         if self.running_ctx + self.reserved + need > self.capacity:
             if need > self.capacity:
                 self.waiting.popleft()
+                self.outstanding -= 1
                 self.queued_work_s -= req.est_work_s
                 self.queued_tokens -= req.ctx_target
                 self.hooks.on_failed(self, req, now, f"prompt of {need} tokens can never fit the KV capacity of "
                                      f"{self.name} ({self.capacity} tokens)")
             return False
         self.waiting.popleft()
-        self.prefilling.append(req)
+        self.prefilling.append(req)  # (outstanding unchanged)
         self.reserved += need
         req.reserved = need
         cached = 0
@@ -315,9 +390,9 @@ class SimInstance:
             else:
                 dur = self.perf.mixed_step_time_s(tok, sq, len(chunks), b, self.running_ctx) if self._decoding else \
                     self.perf.prefill_time_s(tok, sq, len(chunks))
+            self._drop_planned_segment()
             self.busy = True
             self._chunks = chunks
-            self._seg_ends = None
             self._version += 1
             self.busy_s += dur
             self.loop.schedule(now + dur, PRIO_ITERATION, self._end_mixed, self._version)
@@ -326,12 +401,18 @@ class SimInstance:
         else:
             self.busy = False
 
+    def _drop_planned_segment(self) -> None:
+        """Forget a decode segment planned but replaced before it ended (a preemption's queued sequence woke the
+        instance while it was planning, and it planned again): its end times leave the timeline."""
+        if self._seg_n:
+            del self._timeline[self.diter:]
+            self._seg_n = 0
+
     def _start_segment(self, now: float) -> None:
+        self._drop_planned_segment()
         heap = self._finish_heap
-        while heap and heap[0][2].finish_diter != heap[0][0]:
-            heapq.heappop(heap)
         b = len(self.running)
-        n = heap[0][0] - self.diter if heap else SEGMENT_CAP
+        n = heap[0].finish_diter - self.diter if heap else SEGMENT_CAP
         if b:  # n = max(1, min(n, room // b, SEGMENT_CAP))
             room = (self.capacity - self.running_ctx - self.reserved) // b
             if room < n:
@@ -341,31 +422,31 @@ class SimInstance:
         if n < 1:
             n = 1
         k = self._kernel
-        ends = k.segment_ends(float(b), float(self.running_ctx), n, now) if k is not None and n <= k.max_loop_steps \
-            else self.perf.decode_segment_ends(b, self.running_ctx, n, now)
+        timeline = self._timeline
+        if k is not None and n <= k.max_loop_steps:
+            timeline.fromlist(k.segment_ends(float(b), float(self.running_ctx), n, now))
+        else:
+            ends = self.perf.decode_segment_ends(b, self.running_ctx, n, now)
+            if isinstance(ends, list):
+                timeline.fromlist(ends)  # sized once (extend grows it per item)
+            else:  # the same doubles, as bytes
+                timeline.frombytes(ends.astype(np.float64, copy=False).tobytes())
         self.busy = True
         self._seg_start = now
-        self._seg_ends = ends
         self._seg_n = n
         self._version += 1
-        self.loop.schedule(float(ends[-1]), PRIO_ITERATION, self._end_segment, self._version)
+        self.loop.schedule(timeline[self.diter + n - 1], PRIO_ITERATION, self._end_segment, self._version)
 
     # -- iteration ends ---------------------------------------------------------------------------
     def _end_segment(self, now: float, version: int) -> None:
         if version != self._version:
             return
-        ends = self._seg_ends
-        assert ends is not None
-        n = self._seg_n
-        if isinstance(ends, list):
-            self._timeline.fromlist(ends if n == len(ends) else ends[:n])  # sized once (extend grows it per item)
-        else:  # the same doubles, as bytes
-            self._timeline.frombytes(ends[:n].astype(np.float64, copy=False).tobytes())
+        n = self._seg_n  # its end times are in the timeline already
         b = len(self.running)
         self.busy_s += now - self._seg_start
         self.diter += n
         self.running_ctx += b * n
-        self._seg_ends = None
+        self._seg_n = 0
         self._finish_due(now)
         self.busy = False
         self._start(now)
@@ -389,6 +470,7 @@ class SimInstance:
         self._chunks = []
         for req in done:
             self.prefilling.remove(req)
+            self.outstanding -= 1  # (back once it joins this instance's running sequences)
             self.queued_work_s -= req.est_work_s
             self.queued_tokens -= req.ctx_target
             if not self.waiting and not self.prefilling:
@@ -411,12 +493,11 @@ class SimInstance:
     def _finish_due(self, now: float) -> None:
         heap = self._finish_heap
         diter = self.diter
-        while heap and heap[0][0] <= diter:
-            fd, _, req = heapq.heappop(heap)
-            if req.finish_diter != fd:
-                continue
-            del self.running[req.spec.request_id]
-            count = fd - req.join_diter
+        while heap and heap[0].finish_diter <= diter:
+            req = _finish_heap_pop(heap)
+            del self.running[req.rid]
+            self.outstanding -= 1
+            count = req.finish_diter - req.join_diter
             req.ranges.append((self, req.join_diter, count))
             self.running_ctx -= req.base_ctx + (diter - req.join_diter)
             req.generated += count
@@ -435,8 +516,9 @@ class SimInstance:
         req.finish_diter = self.diter + (req.out_len - req.generated)
         req.decode_instance = self.name
         self.running_ctx += req.base_ctx
-        self.running[req.spec.request_id] = req
-        heapq.heappush(self._finish_heap, (req.finish_diter, req.spec.request_id, req))
+        self.running[req.rid] = req
+        self.outstanding += 1
+        _finish_heap_push(self._finish_heap, req)
 
     def join(self, req: SimRequest, now: float) -> None:
         """A sequence whose prefill ran here starts decoding here (its reservation becomes running KV)."""
@@ -459,13 +541,14 @@ class SimInstance:
         """:meth:`iteration_times` as a list of Python floats, for records once the run is over: the floats are
         made once per instance and shared by the records (each holds 8 bytes per token, not a float of its own)."""
         if self._timeline_list is None or len(self._timeline_list) != self.diter:
-            self._timeline_list = self._timeline.tolist()
+            timeline = self._timeline  # (past diter: a segment planned when the run stopped)
+            self._timeline_list = (timeline if len(timeline) == self.diter else timeline[:self.diter]).tolist()
         return self._timeline_list[first:first + count]
 
     def iteration_timeline(self) -> np.ndarray:
         """End times of every decode iteration so far: a view of the timeline, which cannot grow while the view
         lives (the instance's next iteration would raise ``BufferError``); for records once the run is over."""
-        return np.frombuffer(self._timeline, dtype=np.float64)
+        return np.frombuffer(self._timeline, dtype=np.float64, count=self.diter)
 
     def iteration_times(self, first: int, count: int) -> np.ndarray:
         """End times of decode iterations ``first .. first + count - 1`` (a copy)."""

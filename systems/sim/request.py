@@ -70,7 +70,7 @@ class SimRequest:
     """Mutable per-request state; times are simulated seconds from the run's origin."""
 
     __slots__ = (
-        "spec", "keys", "prompt", "out_len", "status", "error",
+        "spec", "rid", "keys", "prompt", "out_len", "status", "error",
         "ctx_target", "computed", "cached_tokens", "reserved", "fetched_tokens", "fetch_s",
         "prefill_start_s", "prefill_end_s", "first_token_s", "finish_s", "est_work_s",
         "generated", "base_ctx", "join_diter", "finish_diter", "decode_instance", "prefill_instance",
@@ -80,6 +80,7 @@ class SimRequest:
 
     def __init__(self, spec: RequestSpec, keys: tuple[int, ...]) -> None:
         self.spec = spec
+        self.rid = spec.request_id  # the spec's request id, read without reading the spec
         self.keys = keys  # chained keys of the prompt's full blocks (a cluster sets them at arrival, drops them at the finish)
         self.prompt = spec.input_length
         self.out_len = max(spec.output_length, 1)
