@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from harness.records import RequestStatus
+from systems.policies.pd import PDScheduler
 from systems.sim.cluster import Cluster
 from systems.sim.cluster_setup import ClusterSetup, PoolSetup
-from systems.policies.pd import PDScheduler
 from tests.unit.test_sim_cluster import HW, LINK, SHAPE, LinearPerf, colocated, spec
 
 
