@@ -56,6 +56,15 @@ from systems.sim.request import SimRequest
 SEGMENT_CAP = 1024  # decode iterations planned at once
 
 
+def _remove_identical(items: list[SimRequest], req: SimRequest) -> None:
+    """``items.remove(req)`` by identity (what ``remove`` compares for requests), without asking each earlier
+    request's type how it compares."""
+    i = 0
+    while items[i] is not req:
+        i += 1
+    del items[i]
+
+
 def _before(a: SimRequest, b: SimRequest) -> bool:
     """``a`` finishes first: the finish heap's order, ``(finish_diter, rid)``."""
     return a.finish_diter < b.finish_diter or (a.finish_diter == b.finish_diter and a.rid < b.rid)
@@ -146,48 +155,51 @@ class SimInstance:
     def __init__(self, index: int, name: str, role: str, shape: InstanceShape, perf: PerfModel, loop: EventQueue,
                  hooks: InstanceHooks, max_num_batched_tokens: int, max_num_seqs: int, chunked_prefill: bool,
                  hbm_cache: Optional[BlockLRU] = None) -> None:
+        # hot state first (the compiled class lays its fields out in this order): an event on an instance reads
+        # a few cache lines of it, not every line of the object
+        self.touched = False  # in dirty_log since the cluster last re-keyed this instance
+        self.busy = False
+        self._decoding = False  # the running sequences decode in the current prefill iteration
+        self.chunked = chunked_prefill
+        self.mix_whole = False  # unchunked: decodes join a prefill iteration that fits the budget (splitwise-sim)
+        self._version = 0
+        self._seg_n = 0  # iterations of the planned decode segment (0: none); their end times follow diter
+        self.diter = 0  # decode iterations completed
+        self.outstanding = 0  # requests in waiting, prefilling, running and pending
+        self.running_ctx = 0  # context tokens of the running sequences
+        self.reserved = 0  # KV tokens reserved by prefills in progress and finished prefills not yet handed off
+        self.pending_ctx = 0  # context tokens of the pending requests
+        self.capacity = int(perf.kv_capacity_tokens)
+        self.budget = max_num_batched_tokens
+        self.max_seqs = max_num_seqs
+        self.queued_tokens = 0
+        self.queued_work_s = 0.0  # estimated prefill seconds of the waiting queue
+        self.busy_s = 0.0  # time spent in iterations
+        self._seg_start = 0.0
+        self.loop = loop
+        # the model's iteration times on the compiled core, when it has them (PerfModel.kernel): called instead of
+        # the model's methods, with the same floats
+        self._kernel: Optional[RooflineKernel] = perf.kernel() if isinstance(perf, PerfModel) else None
+        self.hooks = hooks
+        self.dirty_log: list[SimInstance] = []  # the cluster's list of instances whose load may have changed
+        self.waiting: deque[SimRequest] = deque()  # prefill work not started (new prompts, preempted sequences)
+        self.prefilling: list[SimRequest] = []  # prefills started (KV reserved), in start order
+        self.pending: deque[SimRequest] = deque()  # KV arrived from a prefill instance, waiting to decode
+        self.running: dict[int, SimRequest] = {}
+        self._finish_heap: list[SimRequest] = []  # the running requests, smallest (finish_diter, rid) first
+        self._timeline = array("d")  # end times of decode iterations 0 .. diter - 1
+        self._chunks: list[SimRequest] = []  # the prompts of the current prefill iteration (each its .chunk tokens)
+        self.hbm = hbm_cache  # prefix cache; the cluster sizes it once the block size is known
         self.index = index
+        self.prefill_tokens_computed = 0
+        # read now and then
         self.role_index = 0  # position among the instances of its role
         self.name = name
         self.role = role
         self.shape = shape
         self.perf = perf
-        # the model's iteration times on the compiled core, when it has them (PerfModel.kernel): called instead of
-        # the model's methods, with the same floats
-        self._kernel: Optional[RooflineKernel] = perf.kernel() if isinstance(perf, PerfModel) else None
-        self.loop = loop
-        self.hooks = hooks
-        self.budget = max_num_batched_tokens
-        self.max_seqs = max_num_seqs
-        self.chunked = chunked_prefill
-        self.mix_whole = False  # unchunked: decodes join a prefill iteration that fits the budget (splitwise-sim)
-        self.hbm = hbm_cache  # prefix cache; the cluster sizes it once the block size is known
-        self.capacity = int(perf.kv_capacity_tokens)
-        self.waiting: deque[SimRequest] = deque()  # prefill work not started (new prompts, preempted sequences)
-        self.prefilling: list[SimRequest] = []  # prefills started (KV reserved), in start order
-        self.pending: deque[SimRequest] = deque()  # KV arrived from a prefill instance, waiting to decode
-        self.pending_ctx = 0  # context tokens of the pending requests
-        self.running: dict[int, SimRequest] = {}
-        self._finish_heap: list[SimRequest] = []  # the running requests, smallest (finish_diter, rid) first
-        self.outstanding = 0  # requests in waiting, prefilling, running and pending
-        self.running_ctx = 0  # context tokens of the running sequences
-        self.reserved = 0  # KV tokens reserved by prefills in progress and finished prefills not yet handed off
-        self.diter = 0  # decode iterations completed
-        self._timeline = array("d")  # end times of decode iterations 0 .. diter - 1
-        self._timeline_list: Optional[list[float]] = None  # the same as Python floats, made for the records
-        self.busy = False
-        self._version = 0
-        self._chunks: list[tuple[SimRequest, int]] = []
-        self._decoding = False  # the running sequences decode in the current prefill iteration
-        self._seg_n = 0  # iterations of the planned decode segment (0: none); their end times follow diter
-        self._seg_start = 0.0
-        self.queued_work_s = 0.0  # estimated prefill seconds of the waiting queue
-        self.queued_tokens = 0
-        self.busy_s = 0.0  # time spent in iterations
-        self.prefill_tokens_computed = 0
         self.preemptions = 0
-        self.touched = False  # in dirty_log since the cluster last re-keyed this instance
-        self.dirty_log: list[SimInstance] = []  # the cluster's list of instances whose load may have changed
+        self._timeline_list: Optional[list[float]] = None  # the same as Python floats, made for the records
 
     def touch(self) -> None:
         """Record that this instance's load may have changed (see the module docstring)."""
@@ -336,9 +348,9 @@ class SimInstance:
         req.computed = cached
         return True
 
-    def _form_prefill(self, now: float) -> list[tuple[SimRequest, int]]:
+    def _form_prefill(self, now: float) -> list[SimRequest]:
         budget = self.budget - len(self.running) if self.chunked else self.budget
-        chunks: list[tuple[SimRequest, int]] = []
+        chunks: list[SimRequest] = []
         seqs = len(self.running)
         i = 0
         prefilling = self.prefilling
@@ -360,7 +372,8 @@ class SimInstance:
                 break
             else:
                 c = remaining
-            chunks.append((req, c))
+            req.chunk = c
+            chunks.append(req)
             budget -= c
             seqs += 1
             i += 1
@@ -378,7 +391,8 @@ class SimInstance:
         if chunks:
             tok = 0
             sq = 0.0
-            for req, c in chunks:
+            for req in chunks:
+                c = req.chunk
                 p = req.computed
                 tok += c
                 sq += float(p + c) ** 2 - float(p) ** 2
@@ -462,14 +476,15 @@ class SimInstance:
             self.running_ctx += b
             self._finish_due(now)
         done: list[SimRequest] = []
-        for req, c in self._chunks:
+        for req in self._chunks:
+            c = req.chunk
             req.computed += c
             self.prefill_tokens_computed += c
             if req.computed >= req.ctx_target:
                 done.append(req)
         self._chunks = []
         for req in done:
-            self.prefilling.remove(req)
+            _remove_identical(self.prefilling, req)
             self.outstanding -= 1  # (back once it joins this instance's running sequences)
             self.queued_work_s -= req.est_work_s
             self.queued_tokens -= req.ctx_target
