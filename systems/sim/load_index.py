@@ -15,7 +15,9 @@ the lowest index exactly as ``min(..., key=...)`` does.
   not already beaten.
 * :class:`BlockHolders` maps each cached block key to the set of pool positions whose cache holds it, as a
   bit set (a Python ``int``, bit ``i`` for position ``i``); cache-aware choices intersect these sets along a
-  request's chained keys instead of asking every instance how long a prefix it holds.
+  request's chained keys instead of asking every instance how long a prefix it holds. A block held by one
+  cache maps to that cache's own bit object (most blocks on a large cluster: no integer of 512 bits made
+  and later read back per block).
 """
 
 from __future__ import annotations
@@ -170,7 +172,9 @@ class BlockHolders:
         bit = 1 << position
 
         def inserted(key: int) -> None:
-            bits[key] = bits.get(key, 0) | bit
+            held = bits.setdefault(key, bit)
+            if held is not bit:
+                bits[key] = held | bit
 
         def evicted(key: int) -> None:
             left = bits[key] ^ bit
@@ -202,13 +206,14 @@ class HeldBlockLRU(BlockLRU):
         """``BlockLRU.record``, its insert and evict hooks inlined."""
         blocks = self._blocks
         bits, bit = self._bits, self._bit
-        get = bits.get
         for h in reversed(hashes):
             if h in blocks:
                 blocks.move_to_end(h)
             else:
                 blocks[h] = None
-                bits[h] = get(h, 0) | bit
+                held = bits.setdefault(h, bit)  # one lookup; a block only this cache holds shares the bit itself
+                if held is not bit:
+                    bits[h] = held | bit
         capacity = self.capacity
         if capacity is not None and len(blocks) > capacity:
             pop = blocks.popitem
