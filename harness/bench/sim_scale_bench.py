@@ -27,7 +27,13 @@ Cases:
       instances), DistServe's decode choice (fastest estimated step with room, round-robin prefill) and
       Splitwise's dynamic mixed pool (a quarter of the machines on prompts; token machines lent when a prompt
       queue gets long). Prints the medians of ``--repeats`` runs, in wall seconds and in CPU seconds of the
-      process (steadier on a shared machine), and the ratio 1,024 vs 16 instances (target <= 1.3x);
+      process (steadier on a shared machine), and the ratio 1,024 vs 16 instances (target <= 1.3x). The sizes
+      take turns (one run of each, then the next repeat), so a drift of the machine's speed falls on all of
+      them. ``--reference CHECKOUT`` runs every case in another checkout of this project too (built with its
+      own ``make native``), each run next to this checkout's, and prints its figures and ratios beside these:
+      a before-and-after from one run, where figures from two runs would carry the machine's drift between
+      them (the large clusters' cost is in memory latency, which moves with the neighbours' use of the
+      shared cache);
   (2) 1,000,000 requests through 1,024 instances of the vLLM baseline (least outstanding): target <= 60 s wall
       and <= 4 GiB peak RSS. With ``--records objects`` its records are built one at a time and dropped (the
       cost of building them is counted, their memory is not: a run that keeps them holds a ``RequestRecord``
@@ -54,6 +60,8 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
@@ -170,11 +178,13 @@ CORES = ("compiled", "sources")
 
 
 def _subprocess(design: str, n_instances: int, n_requests: int, records: str,
-                keep_records: bool = True, core: str = "compiled", huge_pages: bool = True) -> dict[str, Any]:
+                keep_records: bool = True, core: str = "compiled", huge_pages: bool = True,
+                checkout: Optional[Checkout] = None) -> dict[str, Any]:
     """One case in a child process on the simulator's compiled core or its Python sources (SystemExit when the
     child cannot use the one asked for); ``huge_pages=False``: with ``DISAGG_SIM_HUGE_PAGES=0``
-    (:mod:`systems.sim.arenas`)."""
-    cmd = [sys.executable, "-m", "harness.bench.sim_scale_bench", "--case", design, "--instances", str(n_instances),
+    (:mod:`systems.sim.arenas`); ``checkout``: run by another checkout (``--reference``), else by this one."""
+    python = checkout.python if checkout is not None else sys.executable
+    cmd = [python, "-m", "harness.bench.sim_scale_bench", "--case", design, "--instances", str(n_instances),
            "--case-requests", str(n_requests), "--records", records]
     if not keep_records:
         cmd.append("--drop-records")
@@ -183,11 +193,36 @@ def _subprocess(design: str, n_instances: int, n_requests: int, records: str,
         env[ENV_SWITCH] = "0"
     if not huge_pages:
         env[HUGE_PAGES_SWITCH] = "0"
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                         cwd=checkout.root if checkout is not None else None)
+    if out.returncode != 0:
+        where = f" in {checkout.root}" if checkout is not None else ""
+        raise SystemExit(f"case {design} on {n_instances} instances failed{where} ({out.returncode}): "
+                         f"{out.stderr.strip()[-800:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if result["compiled"] != (core == "compiled"):
-        raise SystemExit(f"asked for the simulator's {core} core, the case ran on the other: {result['core']}")
+        where = f" (checkout {checkout.root}: run its 'make native')" if checkout is not None else ""
+        raise SystemExit(f"asked for the simulator's {core} core, the case ran on the other{where}: {result['core']}")
     return result
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """Another checkout of this project (``--reference``): its root and the Python of its virtualenv."""
+
+    root: Path
+    python: str
+
+    @classmethod
+    def of(cls, root: str) -> Checkout:
+        """The checkout at ``root``, with ``root/.venv/bin/python`` (SystemExit when either is missing)."""
+        path = Path(root).resolve()
+        python = path / ".venv" / "bin" / "python"
+        if not (path / "harness" / "bench" / "sim_scale_bench.py").is_file():
+            raise SystemExit(f"--reference {root}: not a checkout of this project (no harness/bench/sim_scale_bench.py)")
+        if not python.is_file():
+            raise SystemExit(f"--reference {root}: no virtualenv at {python} (run 'make native' in that checkout)")
+        return cls(path, str(python))
 
 
 VALGRIND_TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
@@ -242,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--huge-pages", choices=["on", "off", "both"], default="on",
                         help="case (2) on the compiled core: Python's arenas on huge pages (systems.sim.arenas), "
                              "not, or both side by side")
+    parser.add_argument("--reference", metavar="CHECKOUT",
+                        help="case (1) also run by another checkout of this project (its root; it needs its own "
+                             "'make native'), each of its runs next to this checkout's: both sides' seconds and "
+                             "ratios from one run")
     parser.add_argument("--instructions", action="store_true", help="case (3): instructions per request (valgrind)")
     parser.add_argument("--instruction-requests", type=int, default=20_480, help="requests of each case (3) run")
     parser.add_argument("--case", help=argparse.SUPPRESS)
@@ -256,22 +295,35 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cores = list(CORES) if args.core == "both" else [args.core]
     if not args.skip_scaling:
-        print(f"(1) seconds per 1,000 requests, {args.requests:,} requests at every size, median of {args.repeats}, "
-              f"records as {args.records}")
+        sides: list[tuple[str, Optional[Checkout]]] = [("", None)]
+        if args.reference:
+            sides.append(("reference", Checkout.of(args.reference)))
+        print(f"(1) seconds per 1,000 requests, {args.requests:,} requests at every size, median of {args.repeats} "
+              f"(the sizes{' and checkouts' if args.reference else ''} taking turns), records as {args.records}"
+              + (f"; reference: {sides[1][1].root}" if args.reference else ""))  # type: ignore[union-attr]
         for design, core in [(d, c) for d in args.designs for c in cores]:
-            wall, cpu = {}, {}
-            for n in args.sizes:
-                runs = [_subprocess(design, n, args.requests, args.records, core=core) for _ in range(args.repeats)]
-                wall[n] = statistics.median(r["total_s"] / r["requests"] * 1000 for r in runs)
-                cpu[n] = statistics.median(r["total_cpu_s"] / r["requests"] * 1000 for r in runs)
-                r = runs[0]
-                print(f"    {design:<10} {core:<8} {n:>5} instances {r['requests']:>8} req  {wall[n]:7.3f} s/1k req wall  "
-                      f"{cpu[n]:7.3f} cpu  (sim {statistics.median(x['simulate_s'] for x in runs):7.2f} s, records "
-                      f"{statistics.median(x['records_s'] for x in runs):6.2f} s, peak RSS "
-                      f"{max(x['peak_rss_mib'] for x in runs):6.0f} MiB, {r['ok']}/{r['requests']} ok)", flush=True)
-            lo, hi = min(args.sizes), max(args.sizes)
-            print(f"    {design:<10} {core:<8} ratio {hi} vs {lo} instances: {wall[hi] / wall[lo]:.2f}x wall, "
-                  f"{cpu[hi] / cpu[lo]:.2f}x cpu (target <= 1.3x)", flush=True)
+            # one repeat of every size (and side) after another, so the machine's drift falls on all of them
+            runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+            for _ in range(args.repeats):
+                for n in args.sizes:
+                    for side, checkout in sides:
+                        runs.setdefault((side, n), []).append(
+                            _subprocess(design, n, args.requests, args.records, core=core, checkout=checkout))
+            for side, _ in sides:
+                label = f"{core}{', ' + side if side else ''}"
+                wall, cpu = {}, {}
+                for n in args.sizes:
+                    done = runs[(side, n)]
+                    wall[n] = statistics.median(r["total_s"] / r["requests"] * 1000 for r in done)
+                    cpu[n] = statistics.median(r["total_cpu_s"] / r["requests"] * 1000 for r in done)
+                    r = done[0]
+                    print(f"    {design:<10} {label:<8} {n:>5} instances {r['requests']:>8} req  {wall[n]:7.3f} s/1k req "
+                          f"wall  {cpu[n]:7.3f} cpu  (sim {statistics.median(x['simulate_s'] for x in done):7.2f} s, "
+                          f"records {statistics.median(x['records_s'] for x in done):6.2f} s, peak RSS "
+                          f"{max(x['peak_rss_mib'] for x in done):6.0f} MiB, {r['ok']}/{r['requests']} ok)", flush=True)
+                lo, hi = min(args.sizes), max(args.sizes)
+                print(f"    {design:<10} {label:<8} ratio {hi} vs {lo} instances: {wall[hi] / wall[lo]:.2f}x wall, "
+                      f"{cpu[hi] / cpu[lo]:.2f}x cpu (target <= 1.3x)", flush=True)
     if not args.skip_million:
         print(f"(2) {args.million:,} requests through 1,024 instances (vLLM baseline, least outstanding), records as "
               f"{args.records}")

@@ -22,9 +22,11 @@ vectorised call, or Python floats for a short segment, the same floats), and cut
 the next iteration boundary if new work arrives. Each instance keeps the end time of every decode
 iteration (an ``array('d')``: 8 bytes each, extended from a list without NumPy's per-element conversion); a
 request's token times are a slice of that timeline. A planned segment's end times go into the timeline when
-it is planned (its entries past ``diter`` until it ends; a cut deletes the ones it drops): the list of floats
+it is planned (its entries past ``diter`` until it ends; a cut keeps the ones it needs): the list of floats
 the model returns is read and freed at once, while it is still in the processor's cache, where keeping it
-until the segment ended read it back from memory on a large cluster.
+until the segment ended read it back from memory on a large cluster. The array grows by doubling (zeros past
+the entries in use): ``array`` grows by about 1/16 at a time, and on a large cluster, whose many timelines
+are short, each of those steps copied a timeline that had left the cache.
 
 Laid out for a large cluster, where an instance's objects have left the cache between two of its events:
 ``outstanding`` is a counter kept with every change to the four queues (not their four lengths read), and the
@@ -187,7 +189,7 @@ class SimInstance:
         self.pending: deque[SimRequest] = deque()  # KV arrived from a prefill instance, waiting to decode
         self.running: dict[int, SimRequest] = {}
         self._finish_heap: list[SimRequest] = []  # the running requests, smallest (finish_diter, rid) first
-        self._timeline = array("d")  # end times of decode iterations 0 .. diter - 1
+        self._timeline = array("d")  # end times of decode iterations 0 .. diter - 1 (then the planned segment's)
         self._chunks: list[SimRequest] = []  # the prompts of the current prefill iteration (each its .chunk tokens)
         self.hbm = hbm_cache  # prefix cache; the cluster sizes it once the block size is known
         self.index = index
@@ -264,7 +266,6 @@ class SimInstance:
             timeline = self._timeline
             n = bisect_right(timeline, now, base, base + seg_n) - base + 1
             if n < seg_n:
-                del timeline[base + n:]
                 self._seg_n = n
                 self._version += 1
                 self.loop.schedule(timeline[base + n - 1], PRIO_ITERATION, self._end_segment, self._version)
@@ -417,10 +418,21 @@ class SimInstance:
 
     def _drop_planned_segment(self) -> None:
         """Forget a decode segment planned but replaced before it ended (a preemption's queued sequence woke the
-        instance while it was planning, and it planned again): its end times leave the timeline."""
-        if self._seg_n:
-            del self._timeline[self.diter:]
-            self._seg_n = 0
+        instance while it was planning, and it planned again): its end times are overwritten by the next."""
+        self._seg_n = 0
+
+    def _timeline_for(self, size: int) -> array:
+        """The timeline, with room for ``size`` entries (doubled when it has fewer: see the module docstring)."""
+        timeline = self._timeline
+        have = len(timeline)
+        if have < size:
+            grow = size - have
+            if grow < have:
+                grow = have
+            if grow < 64:
+                grow = 64
+            timeline.frombytes(bytes(8 * grow))
+        return timeline
 
     def _start_segment(self, now: float) -> None:
         self._drop_planned_segment()
@@ -436,20 +448,21 @@ class SimInstance:
         if n < 1:
             n = 1
         k = self._kernel
-        timeline = self._timeline
+        base = self.diter
+        timeline = self._timeline_for(base + n)
         if k is not None and n <= k.max_loop_steps:
-            timeline.fromlist(k.segment_ends(float(b), float(self.running_ctx), n, now))
+            timeline[base:base + n] = array("d", k.segment_ends(float(b), float(self.running_ctx), n, now))
         else:
             ends = self.perf.decode_segment_ends(b, self.running_ctx, n, now)
             if isinstance(ends, list):
-                timeline.fromlist(ends)  # sized once (extend grows it per item)
+                timeline[base:base + n] = array("d", ends)
             else:  # the same doubles, as bytes
-                timeline.frombytes(ends.astype(np.float64, copy=False).tobytes())
+                timeline[base:base + n] = array("d", ends.astype(np.float64, copy=False).tobytes())
         self.busy = True
         self._seg_start = now
         self._seg_n = n
         self._version += 1
-        self.loop.schedule(timeline[self.diter + n - 1], PRIO_ITERATION, self._end_segment, self._version)
+        self.loop.schedule(timeline[base + n - 1], PRIO_ITERATION, self._end_segment, self._version)
 
     # -- iteration ends ---------------------------------------------------------------------------
     def _end_segment(self, now: float, version: int) -> None:
@@ -471,7 +484,7 @@ class SimInstance:
             return
         b = len(self.running) if self._decoding else 0
         if b:
-            self._timeline.append(now)
+            self._timeline_for(self.diter + 1)[self.diter] = now
             self.diter += 1
             self.running_ctx += b
             self._finish_due(now)
@@ -556,8 +569,7 @@ class SimInstance:
         """:meth:`iteration_times` as a list of Python floats, for records once the run is over: the floats are
         made once per instance and shared by the records (each holds 8 bytes per token, not a float of its own)."""
         if self._timeline_list is None or len(self._timeline_list) != self.diter:
-            timeline = self._timeline  # (past diter: a segment planned when the run stopped)
-            self._timeline_list = (timeline if len(timeline) == self.diter else timeline[:self.diter]).tolist()
+            self._timeline_list = self._timeline[:self.diter].tolist()
         return self._timeline_list[first:first + count]
 
     def iteration_timeline(self) -> np.ndarray:

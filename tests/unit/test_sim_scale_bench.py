@@ -49,3 +49,24 @@ def test_records_made_as_columns_or_as_objects_count_the_same_tokens() -> None:
     dropped = bench.run_case("distserve", 4, 200, "objects", keep_records=False)
     assert columns["tokens"] == objects["tokens"] == dropped["tokens"] > 200
     assert columns["ok"] == objects["ok"] == dropped["ok"]
+
+
+def test_a_reference_checkout_must_be_this_project_with_its_virtualenv(tmp_path) -> None:
+    with pytest.raises(SystemExit, match="not a checkout of this project"):
+        bench.Checkout.of(str(tmp_path))
+    (tmp_path / "harness" / "bench").mkdir(parents=True)
+    (tmp_path / "harness" / "bench" / "sim_scale_bench.py").write_text("")
+    with pytest.raises(SystemExit, match="no virtualenv at .*/.venv/bin/python"):
+        bench.Checkout.of(str(tmp_path))
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").write_text("")
+    found = bench.Checkout.of(str(tmp_path))
+    assert found.root == tmp_path.resolve() and found.python == str(tmp_path.resolve() / ".venv" / "bin" / "python")
+
+
+def test_a_failing_reference_case_exits_with_its_error(tmp_path) -> None:
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho 'no such module' >&2\nexit 3\n")
+    python.chmod(0o755)
+    with pytest.raises(SystemExit, match=r"failed in .* \(3\): no such module"):
+        bench._subprocess("baseline", 4, 10, "columns", checkout=bench.Checkout(tmp_path, str(python)))
