@@ -45,7 +45,10 @@ Cases:
       larger cluster spreads the same requests over more instances' state, which costs cache misses, not
       instructions). Each size runs twice under valgrind, generating ``--instruction-requests`` requests both
       times and simulating all of them or only the first: the difference, over the requests it adds, is what
-      simulating and recording one request costs. About 50 times slower than a plain run.
+      simulating and recording one request costs. About 50 times slower than a plain run. ``--cache-misses``
+      counts, the same way, the misses per request of valgrind's model of a 1 MiB last-level cache (a core's
+      L2 here): the accesses that had to go further, to the shared L3 or to memory. Like instructions, and
+      unlike seconds, the neighbours on a shared machine do not move it; it is what a larger cluster adds.
 """
 
 from __future__ import annotations
@@ -226,37 +229,48 @@ class Checkout:
 
 
 VALGRIND_TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
+VALGRIND_LL_MISSES = re.compile(r"LL misses:\s+([\d,]+)")
+# the last-level cache cachegrind models for --cache-misses: 1 MiB, 16-way, 64-byte lines (a core's L2 on the
+# machines this was measured on): a miss there is a read or write that has to go to the shared L3 or to memory
+CACHE_MODEL = "--LL=1048576,16,64"
 
 
 def valgrind_command(design: str, n_instances: int, n_requests: int, simulate_first: int, records: str,
-                     valgrind: str = "valgrind") -> list[str]:
-    """The command that runs one case under valgrind's instruction count (no cache simulation, no output file)."""
-    return [valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                     valgrind: str = "valgrind", cache_sim: bool = False) -> list[str]:
+    """The command that runs one case under valgrind's instruction count (no output file), with its cache model
+    (``cache_sim``: :data:`CACHE_MODEL`) or without."""
+    sim = ["--cache-sim=yes", CACHE_MODEL] if cache_sim else ["--cache-sim=no"]
+    return [valgrind, "--tool=cachegrind", *sim, "--cachegrind-out-file=/dev/null",
             sys.executable, "-m", "harness.bench.sim_scale_bench", "--case", design, "--instances", str(n_instances),
             "--case-requests", str(n_requests), "--simulate-first", str(simulate_first), "--records", records]
 
 
-def instructions_of(valgrind_stderr: str) -> int:
-    """The instructions valgrind counted (its ``I refs`` line); ``ValueError`` when the output has none."""
-    found = VALGRIND_TOTAL.findall(valgrind_stderr)
+def instructions_of(valgrind_stderr: str, pattern: re.Pattern[str] = VALGRIND_TOTAL) -> int:
+    """The instructions valgrind counted (its ``I refs`` line), or with :data:`VALGRIND_LL_MISSES` the misses of
+    its last-level cache model (``LL misses``); ``ValueError`` when the output has no such line."""
+    found = pattern.findall(valgrind_stderr)
     if not found:
-        raise ValueError("no 'I refs' line in valgrind's output: " + valgrind_stderr.strip()[-500:])
+        line = pattern.pattern.split(":")[0].replace("\\s+", " ")
+        raise ValueError(f"no '{line}' line in valgrind's output: " + valgrind_stderr.strip()[-500:])
     return int(found[-1].replace(",", ""))
 
 
-def instructions_per_request(design: str, n_instances: int, n_requests: int, records: str) -> float:
-    """Instructions one simulated and recorded request costs at ``n_instances`` (case (3))."""
+def instructions_per_request(design: str, n_instances: int, n_requests: int, records: str,
+                             cache_misses: bool = False) -> float:
+    """Instructions one simulated and recorded request costs at ``n_instances`` (case (3)); ``cache_misses``:
+    the misses of :data:`CACHE_MODEL` it costs instead."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
-        raise SystemExit("--instructions needs valgrind on PATH (Debian/Ubuntu: apt-get install valgrind)")
+        raise SystemExit("--instructions and --cache-misses need valgrind on PATH "
+                         "(Debian/Ubuntu: apt-get install valgrind)")
     counts = []
     for first in (1, n_requests):
-        out = subprocess.run(valgrind_command(design, n_instances, n_requests, first, records, valgrind),
-                             capture_output=True, text=True)
+        out = subprocess.run(valgrind_command(design, n_instances, n_requests, first, records, valgrind,
+                                              cache_sim=cache_misses), capture_output=True, text=True)
         if out.returncode != 0:
             raise SystemExit(f"valgrind run of {design} on {n_instances} instances failed "
                              f"({out.returncode}): {out.stderr.strip()[-800:]}")
-        counts.append(instructions_of(out.stderr))
+        counts.append(instructions_of(out.stderr, VALGRIND_LL_MISSES if cache_misses else VALGRIND_TOTAL))
     return (counts[1] - counts[0]) / (n_requests - 1)
 
 
@@ -282,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
                              "'make native'), each of its runs next to this checkout's: both sides' seconds and "
                              "ratios from one run")
     parser.add_argument("--instructions", action="store_true", help="case (3): instructions per request (valgrind)")
+    parser.add_argument("--cache-misses", action="store_true",
+                        help="case (3) counts the misses of valgrind's model of a 1 MiB last-level cache per request "
+                             "instead of instructions: how much of the state a request touches has left the cache, "
+                             "a figure the neighbours on a shared machine do not change")
     parser.add_argument("--instruction-requests", type=int, default=20_480, help="requests of each case (3) run")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--simulate-first", type=int, help=argparse.SUPPRESS)
@@ -348,13 +366,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    sources / compiled: {totals['sources'] / compiled:.2f}x")
         if on in totals and off in totals:
             print(f"    huge-page arenas off / on: {totals[off] / totals[on]:.2f}x")
-    if args.instructions:
+    for misses in [m for m, asked in ((False, args.instructions), (True, args.cache_misses)) if asked]:
         lo, hi = min(args.sizes), max(args.sizes)
-        print(f"(3) instructions per request (valgrind), {args.instruction_requests:,} requests, records as "
-              f"{args.records}")
+        what = "misses of a 1 MiB last-level cache" if misses else "instructions"
+        print(f"(3) {what} per request (valgrind), {args.instruction_requests:,} requests, records as {args.records}")
         for design in args.designs:
-            per = {n: instructions_per_request(design, n, args.instruction_requests, args.records) for n in (lo, hi)}
-            print(f"    {design:<10} {lo} instances {per[lo] / 1e3:8.1f} k  {hi} instances {per[hi] / 1e3:8.1f} k  "
+            per = {n: instructions_per_request(design, n, args.instruction_requests, args.records, misses)
+                   for n in (lo, hi)}
+            shown = {n: f"{per[n]:8.1f}" if misses else f"{per[n] / 1e3:8.1f} k" for n in (lo, hi)}
+            print(f"    {design:<10} {lo} instances {shown[lo]}  {hi} instances {shown[hi]}  "
                   f"ratio {per[hi] / per[lo]:.3f}x", flush=True)
     return 0
 

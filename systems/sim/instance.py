@@ -54,6 +54,7 @@ from systems.sim.events import PRIO_ITERATION, EventQueue
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.roofline_steps import RooflineKernel
 from systems.sim.request import SimRequest
+from systems.sim.timeline_writes import put_doubles
 
 SEGMENT_CAP = 1024  # decode iterations planned at once
 
@@ -451,11 +452,11 @@ class SimInstance:
         base = self.diter
         timeline = self._timeline_for(base + n)
         if k is not None and n <= k.max_loop_steps:
-            timeline[base:base + n] = array("d", k.segment_ends(float(b), float(self.running_ctx), n, now))
+            put_doubles(timeline, base, k.segment_ends(float(b), float(self.running_ctx), n, now))
         else:
             ends = self.perf.decode_segment_ends(b, self.running_ctx, n, now)
             if isinstance(ends, list):
-                timeline[base:base + n] = array("d", ends)
+                put_doubles(timeline, base, ends)
             else:  # the same doubles, as bytes
                 timeline[base:base + n] = array("d", ends.astype(np.float64, copy=False).tobytes())
         self.busy = True

@@ -70,3 +70,12 @@ def test_a_failing_reference_case_exits_with_its_error(tmp_path) -> None:
     python.chmod(0o755)
     with pytest.raises(SystemExit, match=r"failed in .* \(3\): no such module"):
         bench._subprocess("baseline", 4, 10, "columns", checkout=bench.Checkout(tmp_path, str(python)))
+
+
+def test_cache_misses_use_cachegrinds_cache_model_and_its_last_level_line() -> None:
+    cmd = bench.valgrind_command("baseline", 16, 100, 1, "columns", valgrind="vg", cache_sim=True)
+    assert cmd[:5] == ["vg", "--tool=cachegrind", "--cache-sim=yes", bench.CACHE_MODEL, "--cachegrind-out-file=/dev/null"]
+    tail = "==7== LL refs:  1,234 (1,000 rd + 234 wr)\n==7== LL misses:      56,789  (  50,000 rd   +   6,789 wr)\n"
+    assert bench.instructions_of(VALGRIND_TAIL + tail, bench.VALGRIND_LL_MISSES) == 56_789
+    with pytest.raises(ValueError, match="no 'LL misses' line"):
+        bench.instructions_of(VALGRIND_TAIL, bench.VALGRIND_LL_MISSES)
