@@ -40,8 +40,8 @@ NATIVE_MODULES = ("systems.sim.events", "systems.sim.keys", "systems.sim.request
                   "systems.sim.instance", "systems.sim.cluster", "systems.sim.load_index",
                   "systems.sim.perf.roofline_steps", "systems.policies.block_lru", "systems.policies.outstanding")
 # C extensions built with them, from a C source of the same name (systems/sim/_arenas.c: see systems.sim.arenas;
-# systems/sim/_timeline.c: see systems.sim.timeline_writes)
-C_MODULES = ("systems.sim._arenas", "systems.sim._timeline")
+# systems/sim/_timeline.c: see systems.sim.timeline_writes; systems/sim/_event_heap.c: see systems.sim.events)
+C_MODULES = ("systems.sim._arenas", "systems.sim._timeline", "systems.sim._event_heap")
 GROUP = "systems_sim_native"  # mypyc's shared library of the group: the module <GROUP>__mypyc
 ENV_SWITCH = "DISAGG_SIM_NATIVE"  # "0": always import the sources
 MANIFEST = "manifest.json"
