@@ -59,7 +59,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from harness.records import RequestSpec, RequestStatus
@@ -89,6 +89,9 @@ class Cluster(InstanceHooks):
     def __init__(self, setup: ClusterSetup) -> None:
         self.setup = setup
         self.loop = EventQueue()
+        # the handlers of transfer events, bound once (not a bound method made, and later freed, per transfer)
+        self._on_loaded: Callable[[float, tuple[SimInstance, SimRequest, int]], None] = self._loaded
+        self._on_transferred: Callable[[float, tuple[SimInstance, SimInstance, SimRequest]], None] = self._transferred
         self.instances: list[SimInstance] = []
         self.by_role: dict[str, list[SimInstance]] = {r: [] for r in ROLES}
         self.nics: list[FifoLink] = []
@@ -636,7 +639,7 @@ class Cluster(InstanceHooks):
             load = self._load_prefix(inst, req, now, local_hbm, decision.reuse_tokens, decision.fetch_tokens)
         if load > 0:
             req.fetch_s = load
-            self.loop.schedule(now + load, PRIO_TRANSFER, self._loaded,
+            self.loop.schedule(now + load, PRIO_TRANSFER, self._on_loaded,
                                (inst, req, decision.reuse_tokens))
         else:
             self._enqueue_prefill(inst, req, now, decision.reuse_tokens)
@@ -719,7 +722,7 @@ class Cluster(InstanceHooks):
             end = start + visible
         req.kv_transfer_s = end - now
         req.kv_transfer_bytes = bytes_
-        self.loop.schedule(end, PRIO_TRANSFER, self._transferred, (inst, target, req))
+        self.loop.schedule(end, PRIO_TRANSFER, self._on_transferred, (inst, target, req))
 
     def _finish_without_decode(self, inst: SimInstance, req: SimRequest, now: float) -> None:
         """``req`` already has every token it will get (one output token, or a prefill-only cluster)."""

@@ -44,6 +44,7 @@ import math
 from array import array
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Callable
 from typing import Optional
 
 import numpy as np
@@ -148,11 +149,11 @@ class SimInstance:
     """A serving instance of one role: ``colocated`` (or ``mixed``), ``prefill`` or ``decode``."""
 
     __slots__ = (
-        "_chunks", "_decoding", "_finish_heap", "_kernel", "_seg_n", "_seg_start", "_timeline", "_timeline_list",
-        "_version", "budget", "busy", "busy_s", "capacity", "chunked", "dirty_log", "diter", "hbm", "hooks", "index",
-        "loop", "max_seqs", "mix_whole", "name", "outstanding", "pending", "pending_ctx", "perf", "preemptions",
-        "prefill_tokens_computed", "prefilling", "queued_tokens", "queued_work_s", "reserved", "role", "role_index",
-        "running", "running_ctx", "shape", "touched", "waiting",
+        "_chunks", "_decoding", "_finish_heap", "_kernel", "_on_end_mixed", "_on_end_segment", "_seg_n", "_seg_start",
+        "_timeline", "_timeline_list", "_version", "budget", "busy", "busy_s", "capacity", "chunked", "dirty_log",
+        "diter", "hbm", "hooks", "index", "loop", "max_seqs", "mix_whole", "name", "outstanding", "pending",
+        "pending_ctx", "perf", "preemptions", "prefill_tokens_computed", "prefilling", "queued_tokens",
+        "queued_work_s", "reserved", "role", "role_index", "running", "running_ctx", "shape", "touched", "waiting",
     )
 
     def __init__(self, index: int, name: str, role: str, shape: InstanceShape, perf: PerfModel, loop: EventQueue,
@@ -180,6 +181,10 @@ class SimInstance:
         self.busy_s = 0.0  # time spent in iterations
         self._seg_start = 0.0
         self.loop = loop
+        # the handlers of this instance's events, bound once (a bound method made for every event would be freed
+        # when it has gone cold, on a large cluster)
+        self._on_end_segment: Callable[[float, int], None] = self._end_segment
+        self._on_end_mixed: Callable[[float, int], None] = self._end_mixed
         # the model's iteration times on the compiled core, when it has them (PerfModel.kernel): called instead of
         # the model's methods, with the same floats
         self._kernel: Optional[RooflineKernel] = perf.kernel() if isinstance(perf, PerfModel) else None
@@ -269,7 +274,7 @@ class SimInstance:
             if n < seg_n:
                 self._seg_n = n
                 self._version += 1
-                self.loop.schedule(timeline[base + n - 1], PRIO_ITERATION, self._end_segment, self._version)
+                self.loop.schedule(timeline[base + n - 1], PRIO_ITERATION, self._on_end_segment, self._version)
 
     # -- scheduling -------------------------------------------------------------------------------
     def _admit_pending(self, now: float) -> None:
@@ -411,7 +416,7 @@ class SimInstance:
             self._chunks = chunks
             self._version += 1
             self.busy_s += dur
-            self.loop.schedule(now + dur, PRIO_ITERATION, self._end_mixed, self._version)
+            self.loop.schedule(now + dur, PRIO_ITERATION, self._on_end_mixed, self._version)
         elif b:
             self._start_segment(now)
         else:
@@ -463,7 +468,7 @@ class SimInstance:
         self._seg_start = now
         self._seg_n = n
         self._version += 1
-        self.loop.schedule(timeline[base + n - 1], PRIO_ITERATION, self._end_segment, self._version)
+        self.loop.schedule(timeline[base + n - 1], PRIO_ITERATION, self._on_end_segment, self._version)
 
     # -- iteration ends ---------------------------------------------------------------------------
     def _end_segment(self, now: float, version: int) -> None:
