@@ -26,17 +26,23 @@ static inline int before(const Entry *a, const Entry *b) {
     return a->time < b->time || (a->time == b->time && a->key < b->key);
 }
 
-static int parse_time_key(PyObject *time_obj, PyObject *key_obj, double *time, long long *key) {
-    *time = PyFloat_CheckExact(time_obj) ? PyFloat_AS_DOUBLE(time_obj) : PyFloat_AsDouble(time_obj);
-    if (*time == -1.0 && PyErr_Occurred()) {
+/* The (time, key) of a call's first two arguments into *e, after checking that it got ``expected`` arguments
+   (``usage`` names them in the error); -1 with an exception set when they are not what the heap takes. */
+static int parse_entry(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected, const char *usage, Entry *e) {
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments, %zd given", usage, expected, nargs);
         return -1;
     }
-    if (*time != *time) {
+    e->time = PyFloat_CheckExact(args[0]) ? PyFloat_AS_DOUBLE(args[0]) : PyFloat_AsDouble(args[0]);
+    if (e->time == -1.0 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (e->time != e->time) {
         PyErr_SetString(PyExc_ValueError, "an event heap's time must not be NaN");
         return -1;
     }
-    *key = PyLong_AsLongLong(key_obj);
-    if (*key == -1 && PyErr_Occurred()) {
+    e->key = PyLong_AsLongLong(args[1]);
+    if (e->key == -1 && PyErr_Occurred()) {
         return -1;
     }
     return 0;
@@ -71,12 +77,8 @@ static void take_first(HeapObject *self, Entry *out) {
 }
 
 static PyObject *heap_push(HeapObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "push() takes 3 arguments (time, key, item), %zd given", nargs);
-        return NULL;
-    }
     Entry e;
-    if (parse_time_key(args[0], args[1], &e.time, &e.key) < 0) {
+    if (parse_entry(args, nargs, 3, "push(time, key, item)", &e) < 0) {
         return NULL;
     }
     if (self->n == self->capacity) {
@@ -116,12 +118,8 @@ static PyObject *heap_pop(HeapObject *self, PyObject *Py_UNUSED(ignored)) {
 }
 
 static PyObject *heap_pop_before(HeapObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "pop_before() takes 2 arguments (time, key), %zd given", nargs);
-        return NULL;
-    }
     Entry other;
-    if (parse_time_key(args[0], args[1], &other.time, &other.key) < 0) {
+    if (parse_entry(args, nargs, 2, "pop_before(time, key)", &other) < 0) {
         return NULL;
     }
     if (self->n == 0 || before(&other, &self->entries[0])) {

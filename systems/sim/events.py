@@ -191,35 +191,25 @@ class EventQueue:
     def __len__(self) -> int:
         return len(self._heap) + len(self._stream_times) - self._stream_pos
 
-    def _next_event(self, t_next: float, stream_key: int, stream_left: bool) -> Optional[_Event]:
-        """The heap's first event, removed, unless the stream's next (``t_next``, ``stream_key``) comes first
-        (None; None too when both are empty)."""
-        heap = self._heap
-        if stream_left:
-            return heap.pop_before(t_next, stream_key)  # type: ignore[no-any-return]
-        return heap.pop() if heap else None
-
     def run(self, until: float = INF, on_progress: Callable[[float], None] | None = None,
             progress_every: int = 20000) -> None:
         """Process events in order until none is left or the next is after ``until``."""
         heap = self._heap
         spent = self._spent
+        # the heap's methods bound once, and the stream's times and key kept as the objects they are: compiled,
+        # a call with a float or int argument would box it into a new object every time
+        pop_before, pop = heap.pop_before, heap.pop
         n = 0
-        times, args, on_stream, prio = self._stream_times, self._stream_args, self._stream_handler, self._stream_prio
+        times: Sequence[Any] = self._stream_times
+        args, on_stream = self._stream_args, self._stream_handler
         # the stream's events sort after every scheduled event of a lower priority and before every one of a
         # higher priority at the same time: the largest key of their priority
-        stream_key = prio << SEQ_BITS | (SEQ_LIMIT - 1)
+        stream_key: Any = self._stream_prio << SEQ_BITS | (SEQ_LIMIT - 1)
         k, n_stream = self._stream_pos, len(times)
-        t_next = times[k] if k < n_stream else INF  # the stream's next event
+        t_next: Any = times[k] if k < n_stream else INF  # the stream's next event
         if on_progress is None and until == INF:  # the common case, without the checks
-            # the heap's methods bound once, and the stream's times and key kept as the objects they are: compiled,
-            # a call with a float or int argument would box it into a new object every time
-            pop_before, pop = heap.pop_before, heap.pop
-            boxed_times: Sequence[Any] = times
-            boxed_key: Any = stream_key
-            boxed_next: Any = boxed_times[k] if k < n_stream else INF
             while True:
-                event = pop_before(boxed_next, boxed_key) if k < n_stream else (pop() if heap else None)
+                event = pop_before(t_next, stream_key) if k < n_stream else (pop() if heap else None)
                 if event is not None:
                     time = event.time
                     self.now = time
@@ -227,11 +217,11 @@ class EventQueue:
                     event.arg = None
                     spent.append(event)
                 elif k < n_stream:
-                    stream_time = boxed_next
+                    stream_time = t_next
                     arg = args[k]
                     k += 1
                     self._stream_pos = k
-                    boxed_next = boxed_times[k] if k < n_stream else INF
+                    t_next = times[k] if k < n_stream else INF
                     self.now = stream_time
                     on_stream(stream_time, arg)  # type: ignore[misc]
                 else:
@@ -241,7 +231,7 @@ class EventQueue:
             return
         time = self.now
         while True:
-            event = self._next_event(t_next, stream_key, k < n_stream)
+            event = pop_before(t_next, stream_key) if k < n_stream else (pop() if heap else None)
             if event is not None:
                 if event.time > until:
                     heap.push(event.time, event.key, event)  # back where it was: the order is total
@@ -254,13 +244,14 @@ class EventQueue:
             elif k < n_stream:
                 if t_next > until:
                     break
-                time = t_next
+                stream_time = t_next
                 arg = args[k]
                 k += 1
                 self._stream_pos = k
                 t_next = times[k] if k < n_stream else INF
-                self.now = time
-                on_stream(time, arg)  # type: ignore[misc]
+                self.now = stream_time
+                time = self.now
+                on_stream(stream_time, arg)  # type: ignore[misc]
             else:
                 break
             n += 1
