@@ -27,13 +27,14 @@ Cases:
       instances), DistServe's decode choice (fastest estimated step with room, round-robin prefill) and
       Splitwise's dynamic mixed pool (a quarter of the machines on prompts; token machines lent when a prompt
       queue gets long). Prints the medians of ``--repeats`` runs, in wall seconds and in CPU seconds of the
-      process (steadier on a shared machine), and the ratio 1,024 vs 16 instances (target <= 1.3x). The sizes
-      take turns (one run of each, then the next repeat), so a drift of the machine's speed falls on all of
-      them. ``--reference CHECKOUT`` runs every case in another checkout of this project too (built with its
+      process (steadier on a shared machine), and the ratio 1,024 vs 16 instances (target <= 1.3x), with the
+      range of each repeat's own ratio (how far one repeat strays on this machine). The sizes take turns (one
+      run of each, then the next repeat), so a drift of the machine's speed falls on all of them. ``--reference CHECKOUT`` runs every case in another checkout of this project too (built with its
       own ``make native``), each run next to this checkout's, and prints its figures and ratios beside these:
       a before-and-after from one run, where figures from two runs would carry the machine's drift between
       them (the large clusters' cost is in memory latency, which moves with the neighbours' use of the
-      shared cache);
+      shared cache). ``--reference .`` (this checkout against itself) shows how far two identical builds
+      differ in one run;
   (2) 1,000,000 requests through 1,024 instances of the vLLM baseline (least outstanding): target <= 60 s wall
       and <= 4 GiB peak RSS. With ``--records objects`` its records are built one at a time and dropped (the
       cost of building them is counted, their memory is not: a run that keeps them holds a ``RequestRecord``
@@ -178,6 +179,15 @@ def run_case(design: str, n_instances: int, n_requests: int, records: str = "col
 
 
 CORES = ("compiled", "sources")
+
+
+def paired_ratios(small: list[dict[str, Any]], large: list[dict[str, Any]]) -> list[float]:
+    """Each repeat's ratio of the wall seconds per request, ``large`` run over the ``small`` run of the same repeat
+    (the two ran one after the other, so a drift of the machine's speed between repeats cancels in each): their
+    range is how far one repeat's ratio can stray on this machine. ``ValueError`` for lists of unequal length."""
+    if len(small) != len(large):
+        raise ValueError(f"{len(small)} runs of the small size against {len(large)} of the large one")
+    return [(b["total_s"] / b["requests"]) / (a["total_s"] / a["requests"]) for a, b in zip(small, large, strict=True)]
 
 
 def _subprocess(design: str, n_instances: int, n_requests: int, records: str,
@@ -340,8 +350,10 @@ def main(argv: list[str] | None = None) -> int:
                           f"records {statistics.median(x['records_s'] for x in done):6.2f} s, peak RSS "
                           f"{max(x['peak_rss_mib'] for x in done):6.0f} MiB, {r['ok']}/{r['requests']} ok)", flush=True)
                 lo, hi = min(args.sizes), max(args.sizes)
+                spread = paired_ratios(runs[(side, lo)], runs[(side, hi)])
                 print(f"    {design:<10} {label:<8} ratio {hi} vs {lo} instances: {wall[hi] / wall[lo]:.2f}x wall, "
-                      f"{cpu[hi] / cpu[lo]:.2f}x cpu (target <= 1.3x)", flush=True)
+                      f"{cpu[hi] / cpu[lo]:.2f}x cpu (target <= 1.3x); repeat by repeat "
+                      f"{min(spread):.2f}x to {max(spread):.2f}x wall", flush=True)
     if not args.skip_million:
         print(f"(2) {args.million:,} requests through 1,024 instances (vLLM baseline, least outstanding), records as "
               f"{args.records}")

@@ -79,3 +79,11 @@ def test_cache_misses_use_cachegrinds_cache_model_and_its_last_level_line() -> N
     assert bench.instructions_of(VALGRIND_TAIL + tail, bench.VALGRIND_LL_MISSES) == 56_789
     with pytest.raises(ValueError, match="no 'LL misses' line"):
         bench.instructions_of(VALGRIND_TAIL, bench.VALGRIND_LL_MISSES)
+
+
+def test_paired_ratios_divide_each_repeats_large_run_by_its_small_one() -> None:
+    small = [{"total_s": 2.0, "requests": 1000}, {"total_s": 1.0, "requests": 1000}]
+    large = [{"total_s": 3.0, "requests": 1000}, {"total_s": 2.0, "requests": 2000}]
+    assert bench.paired_ratios(small, large) == pytest.approx([1.5, 1.0])
+    with pytest.raises(ValueError, match="2 runs of the small size against 1"):
+        bench.paired_ratios(small, large[:1])
