@@ -29,7 +29,8 @@ Cases:
       queue gets long). Prints the medians of ``--repeats`` runs, in wall seconds and in CPU seconds of the
       process (steadier on a shared machine), and the ratio 1,024 vs 16 instances (target <= 1.3x), with the
       range of each repeat's own ratio (how far one repeat strays on this machine). The sizes take turns (one
-      run of each, then the next repeat), so a drift of the machine's speed falls on all of them. ``--reference CHECKOUT`` runs every case in another checkout of this project too (built with its
+      run of each, then the next repeat), so a drift of the machine's speed falls on all of them.
+      ``--reference CHECKOUT`` runs every case in another checkout of this project too (built with its
       own ``make native``), each run next to this checkout's, and prints its figures and ratios beside these:
       a before-and-after from one run, where figures from two runs would carry the machine's drift between
       them (the large clusters' cost is in memory latency, which moves with the neighbours' use of the
