@@ -24,6 +24,9 @@ _FINISH_KEY = b'"finish_reason"'
 _FINISH_NULL = b'"finish_reason":null'
 _USAGE_KEY = b'"usage"'
 _USAGE_NULL = b'"usage":null'
+# finish reasons that end a stream without its completion: vLLM and SGLang close a request their engine aborted
+# (a shutdown, the loss of the node decoding it) with "abort" and [DONE], as a finished stream ends
+FAILED_FINISH_REASONS = frozenset({"abort", "error"})
 
 
 def _error_text(obj: Any) -> str:
@@ -109,11 +112,14 @@ class CompletionStream:
         return self.completion_tokens if self.completion_tokens >= 0 else len(self.chunk_times)
 
     def failure(self) -> str:
-        """Why a completed stream is not a success ("" when it is one)."""
+        """Why a completed stream is not a success ("" when it is one): an error, no tokens, no finish reason, or
+        one of :data:`FAILED_FINISH_REASONS`."""
         if self.error:
             return self.error
         if not self.chunk_times:
             return "stream carried no tokens"
         if self.finish_reason is None:
             return "stream ended without a finish_reason"
+        if self.finish_reason in FAILED_FINISH_REASONS:
+            return f"the server ended the stream with finish_reason {self.finish_reason!r} after {self.n_out} tokens"
         return ""

@@ -48,6 +48,7 @@ import pytest
 from harness.cluster import ray_local
 from harness.config import compose_config, validate
 from harness.load_driver import LoadGenDriver
+from harness.loadgen.completion_stream import FAILED_FINISH_REASONS
 from harness.results import RunFolder
 from systems.contract import DeploymentError
 from systems.deployments.disagg import DisaggVllmDeployment
@@ -123,10 +124,15 @@ def _job_processes(marker: str) -> list[int]:
     return found
 
 
+_FAILED_FINISH = re.compile(r'"finish_reason":\s*"(?:' + "|".join(sorted(FAILED_FINISH_REASONS)) + ')"')
+
+
 def _send(url: str, seed: int, max_tokens: int = 8, timeout_s: float = 600.0,
           first_chunk: threading.Event | None = None) -> dict[str, Any]:
     """One streamed completion; ``ended`` is when its stream ended (monotonic), ``first_chunk`` is set on the first
-    streamed line, so a caller can act while the request is demonstrably in flight."""
+    streamed line, so a caller can act while the request is demonstrably in flight. Not ``ok`` when the server
+    closed the stream with a failed finish reason (vLLM ends the requests of a server that is shutting down, as
+    on a lost node, with "abort" and ``[DONE]``), as the load generator counts it."""
     prompt = [3 + (seed * 7919 + i * 31) % 4000 for i in range(300)]
     body = {"model": "tiny_llama", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
             "stream": True}
@@ -141,7 +147,8 @@ def _send(url: str, seed: int, max_tokens: int = 8, timeout_s: float = 600.0,
                 if first_chunk is not None and raw.strip():
                     first_chunk.set()
             text = "".join(lines)
-            return {"ok": resp.status == 200 and "[DONE]" in text and '"error"' not in text, "text": text,
+            ok = resp.status == 200 and "[DONE]" in text and '"error"' not in text and not _FAILED_FINISH.search(text)
+            return {"ok": ok, "text": text,
                     "instance": resp.headers.get("x-instance", ""), "ended": time.monotonic()}
     except (OSError, urllib.error.URLError) as exc:
         return {"ok": False, "text": f"{type(exc).__name__}: {exc}", "instance": "", "ended": time.monotonic()}
@@ -237,8 +244,9 @@ def test_pd_across_nodes_serves_then_losing_the_decode_node_fails_cleanly(
                 ray_local.kill_node(cluster.root, "b")
                 done = [f.result() for f in streaming]
             # a request counts as ok only when it ran to its length on d0 before the loss (a stream cut by it and
-            # closed as if done would be a silent failure). The client's clock cannot tell: on a loaded machine a
-            # stream d0 finished just before the loss is read to its end after it
+            # closed as if done would be a silent failure; vLLM closes the streams of a server going down with
+            # finish_reason "abort" and [DONE], which _send does not count as ok). The client's clock cannot tell:
+            # on a loaded machine a stream d0 finished just before the loss is read to its end after it
             cut = [r for r in done if not r["ok"]]
             assert cut, f"no request was in flight when node b was lost (lost at {lost_at:.1f}): " \
                         f"{[(round(r['ended'], 1), r['text'][-200:]) for r in done]}"

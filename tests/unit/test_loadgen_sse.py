@@ -142,6 +142,8 @@ def test_completion_stream_counts_chunks_without_usage_and_empty_text_tokens() -
         (token(" a") + "\n\ndata: {not json\n\n", "malformed"),
         (token(" a") + '\n\ndata: {"object":"error","message":"boom"}\n\n', "boom"),
         ('event: error\ndata: overloaded\n\n', "overloaded"),
+        (token(" a") + "\n\n" + token("", "abort") + "\n\ndata: [DONE]\n\n", "finish_reason 'abort' after 1 tokens"),
+        (token(" a") + "\n\n" + token("", "error") + "\n\ndata: [DONE]\n\n", "finish_reason 'error'"),
     ],
 )
 def test_completion_stream_failures(raw: str, why: str) -> None:
