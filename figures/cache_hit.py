@@ -9,7 +9,7 @@ import pandas as pd
 import seaborn as sns
 
 from figures.style import apply_theme, save_figure
-from harness.result_files import CACHE_HIT_FILE, GLOBAL_LOCAL_FILE
+from vocab.result_files import CACHE_HIT_FILE, GLOBAL_LOCAL_FILE
 
 
 def _capacity_order(table: pd.DataFrame) -> list[str]:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from figures.style import apply_theme, save_figure
-from harness.result_files import CALIBRATION_FILE, CALIBRATION_SAMPLES_FILE
+from vocab.result_files import CALIBRATION_FILE, CALIBRATION_SAMPLES_FILE
 
 FIT_FIGURE = "calibration_fit"
 SIM_VS_REAL_FIGURE = "sim_vs_real"
@@ -120,7 +120,7 @@ def plot_sim_vs_real(job_dir: Path) -> list[Path]:
     ax.legend(handles=[*proxies, *bands], fontsize=6, loc="upper left")
     shown = data[data["metric"].isin(("median_ttft_ms", "median_tpot_ms", "p90_ttft_ms", "p90_tpot_ms",
                                       "goodput_rps", "mean_kv_transfer_ms"))].copy()
-    shown["point"] = shown["design"] + " @" + (shown["capacity_fraction"].astype(float) * 100).round().astype("Int64").astype(str) + "%"
+    shown["point"] = shown["design"] + " @" + (shown["saturation_fraction"].astype(float) * 100).round().astype("Int64").astype(str) + "%"
     wide = shown.pivot_table(index="point", columns="metric", values="rel_error", sort=False)
     wide.plot.bar(ax=bars, width=0.85)
     invalid_points = set(shown.loc[~shown["valid"].astype(bool), "point"])
@@ -134,7 +134,7 @@ def plot_sim_vs_real(job_dir: Path) -> list[Path]:
     for goal in (0.10, -0.10, 0.15, -0.15):
         bars.axhline(goal, color="grey", lw=0.6, ls="--")
     bars.set_ylabel("relative error (predicted - measured) / measured")
-    bars.set_xlabel("design @ share of its measured capacity")
+    bars.set_xlabel("design @ share of its measured saturation rate")
     bars.set_title("relative error per point (hatched: invalid real point)")
     bars.tick_params(axis="x", rotation=30, labelsize=7)
     bars.legend(fontsize=7)

@@ -25,7 +25,7 @@ import pandas as pd
 import seaborn as sns
 
 from figures.style import apply_theme, save_figure
-from harness.result_files import STUDY_FILE
+from vocab.result_files import STUDY_FILE
 
 FIGURE_NAME = "disagg_comparison"
 INVALID = "INVALID"

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from figures.style import apply_theme, save_figure
-from harness.result_files import REQUESTS_FILE, STUDY_FILE
+from vocab.result_files import REQUESTS_FILE, STUDY_FILE
 
 FIGURE_NAME = "mechanisms"
 PAIRS = {

@@ -13,7 +13,7 @@ import numpy as np
 
 from figures.study_tables import JobFolder
 from figures.style import apply_theme, save_figure
-from harness.result_files import PLACEMENT_FILE
+from vocab.result_files import PLACEMENT_FILE
 
 COLORS = {"chosen": "C1", "tied": "C2", "searched": "0.7"}
 

@@ -3,11 +3,12 @@
 Every figure a job has is attempted; a figure that fails is logged with its traceback and, once the
 others are drawn, :func:`render_job` raises :class:`FigureError` naming each failed figure. The job then
 ends ``failed`` with that reason (its tables are already written), and ``python -m figures`` redraws it.
+Each kind's figure functions are imported when a job of that kind is drawn, so that a serving run does not
+import the study figures.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -17,22 +18,55 @@ log = logging.getLogger(__name__)
 
 PlotFn = Callable[[Path], list[Path]]
 
-# "module:function" of each figure; a module is imported only when a job of its kind is drawn, so that a
-# serving run does not import seaborn or the study figures
-FIGURES_BY_KIND: Mapping[str, tuple[str, ...]] = MappingProxyType({
-    "cache_study": ("figures.cache_hit:plot_hit_rate_curve", "figures.cache_hit:plot_global_vs_local"),
-    "serve": ("figures.serving:plot_latency_vs_rate",),
-    "workload": (),
-    "compare": ("figures.disagg_compare:plot_disagg_comparison", "figures.mechanisms:plot_mechanisms"),
-    "calibrate": ("figures.calibration:plot_calibration_fit",),
-    "sim_vs_real": ("figures.calibration:plot_sim_vs_real", "figures.calibration:plot_calibration_fit"),
+
+def _serve_figures(job_dir: Path) -> tuple[PlotFn, ...]:
+    from figures.serving import plot_latency_vs_rate
+
+    return (plot_latency_vs_rate,)
+
+
+def _cache_study_figures(job_dir: Path) -> tuple[PlotFn, ...]:
+    from figures.cache_hit import plot_global_vs_local, plot_hit_rate_curve
+
+    return (plot_hit_rate_curve, plot_global_vs_local)
+
+
+def _compare_figures(job_dir: Path) -> tuple[PlotFn, ...]:
+    from figures.disagg_compare import plot_disagg_comparison
+    from figures.mechanisms import plot_mechanisms
+
+    return (plot_disagg_comparison, plot_mechanisms)
+
+
+def _calibrate_figures(job_dir: Path) -> tuple[PlotFn, ...]:
+    from figures.calibration import plot_calibration_fit
+
+    return (plot_calibration_fit,)
+
+
+def _sim_vs_real_figures(job_dir: Path) -> tuple[PlotFn, ...]:
+    from figures.calibration import plot_calibration_fit, plot_sim_vs_real
+
+    return (plot_sim_vs_real, plot_calibration_fit)
+
+
+def _sim_study_figures(job_dir: Path) -> tuple[PlotFn, ...]:
+    from figures.sim_studies import sim_study_plots
+
+    return sim_study_plots(job_dir)  # they depend on the study's ``study.figure``
+
+
+def _no_figures(job_dir: Path) -> tuple[PlotFn, ...]:
+    return ()
+
+
+# the figure functions of each kind of job (``job=``), given its folder
+FIGURES_BY_KIND: Mapping[str, Callable[[Path], tuple[PlotFn, ...]]] = MappingProxyType({
+    "serve": _serve_figures, "cache_study": _cache_study_figures, "workload": _no_figures,
+    "compare": _compare_figures, "calibrate": _calibrate_figures, "sim_vs_real": _sim_vs_real_figures,
+    "sim_study": _sim_study_figures,
 })
-KINDS = (*FIGURES_BY_KIND, "sim_study")
-
-
-def _plot_function(name: str) -> PlotFn:
-    module, _, function = name.partition(":")
-    return getattr(importlib.import_module(module), function)
+KINDS = tuple(FIGURES_BY_KIND)
 
 
 class FigureError(RuntimeError):
@@ -40,13 +74,9 @@ class FigureError(RuntimeError):
 
 
 def plots_for(job_dir: Path, kind: str) -> tuple[PlotFn, ...]:
-    """The figures a job of ``kind`` has (a simulator study's depend on its ``study.figure``)."""
-    if kind == "sim_study":
-        from figures.sim_studies import sim_study_plots
-
-        return sim_study_plots(Path(job_dir))
-    return tuple(_plot_function(name) for name in FIGURES_BY_KIND.get(kind, ()))
-
+    """The figures a job of ``kind`` has."""
+    figures = FIGURES_BY_KIND.get(kind)
+    return figures(Path(job_dir)) if figures is not None else ()
 
 def render_job(job_dir: Path, kind: str) -> list[Path]:
     """Render every figure known for ``kind`` from the tables in ``job_dir``; return the files written.

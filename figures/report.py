@@ -32,9 +32,9 @@ import pandas as pd
 from figures.claims import CLAIMS
 from figures.claims.base import DIRECTION, FAILS, MAGNITUDE_BAND, MATCHES, Claim, MissingData, Outcome
 from figures.study_tables import JobFolder, finished_jobs
-from harness.atomic_files import write_atomically
-from harness.records import block_reasons
-from harness.result_files import CALIBRATION_FILE, REPORT_FILE, STUDY_FILE
+from vocab.atomic_files import write_atomically
+from vocab.records import block_reasons
+from vocab.result_files import CALIBRATION_FILE, REPORT_FILE, STUDY_FILE
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +266,7 @@ def simulator_check_section(jobs: dict[str, JobFolder]) -> list[str]:
               "same requests (goal: 10% colocated, 15% P/D, on valid points; docs/calibration.md names the misses).",
               "", "| design | load | metric | measured | predicted | error | within goal |", "|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
-        load = f"{float(r['capacity_fraction']):.0%} of capacity" if pd.notna(r.get("capacity_fraction")) else "?"
+        load = f"{float(r['saturation_fraction']):.0%} of saturation" if pd.notna(r.get("saturation_fraction")) else "?"
         valid = bool(r.get("valid"))
         within = "yes" if r.get("within_goal") in (True, "True") else "no"
         lines.append(f"| {r['design']} | {load} | {r['metric']} | {_number(r['measured'])} | "

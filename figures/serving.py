@@ -1,19 +1,14 @@
 """Figures of serving jobs: latency, goodput and prefix-cache hits against the offered rate, one
-marker per measured point (from the job's ``points.csv``).
-
-A single run draws this figure at its end, so it is drawn the cheap way: ``points.csv`` is read and the
-plotted columns written without pandas (:mod:`figures.csv_table`, the same bytes as ``DataFrame.to_csv``),
-on a plain ``Figure`` without pyplot (:func:`figures.style.new_figure`), laid out before drawing
-(:func:`figures.row_layout.fit_row`) and drawn once (``save_figure(..., tight=False)``)."""
+marker per measured point (from the job's ``points.csv``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from figures.csv_table import read_csv_table
-from figures.row_layout import fit_row
-from figures.style import apply_theme, new_figure, save_figure
-from harness.result_files import POINTS_FILE
+import pandas as pd
+
+from figures.style import apply_theme, plt, save_figure
+from vocab.result_files import POINTS_FILE
 
 PANELS = (
     ("TTFT (ms)", ("median_ttft_ms", "p99_ttft_ms")),
@@ -30,21 +25,21 @@ def plot_latency_vs_rate(job_dir: Path) -> list[Path]:
     path = Path(job_dir) / POINTS_FILE
     if not path.is_file():
         return []
-    points = read_csv_table(path)
+    points = pd.read_csv(path)
     if points.empty:
         return []
     if X not in points:
         raise ValueError(f"{path}: no column {X!r} (the offered rate of each point) to plot against")
     apply_theme()
     x = points[X]
-    hit_cols = [c for c in HIT_COLUMNS if points.has_values(c)]
+    hit_cols = [c for c in HIT_COLUMNS if c in points and points[c].notna().any()]
     n_panels = len(PANELS) + (1 if hit_cols else 0)
-    fig, axes = new_figure(1, n_panels, figsize=(3.3 * n_panels, 3.0))
+    fig, axes = plt.subplots(1, n_panels, figsize=(3.3 * n_panels, 3.0), squeeze=False)
     for ax, (title, columns) in zip(axes[0], PANELS, strict=False):
         for column in columns:
-            if points.has_values(column):
+            if column in points and points[column].notna().any():
                 ax.plot(x, points[column], marker="o", label=column.replace("_", " "))
-        ax.set_title(title, y=1.0)  # fixed: fit_row leaves room for it (row_layout's docstring)
+        ax.set_title(title)
         ax.set_xlabel("offered rate (req/s)")
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=6)
@@ -52,17 +47,17 @@ def plot_latency_vs_rate(job_dir: Path) -> list[Path]:
         ax = axes[0][-1]
         for column in hit_cols:
             ax.plot(x, points[column], marker="s", label=column.replace("_", " "))
-        ax.set_title("prefix hit rate (prompt tokens)", y=1.0)
+        ax.set_title("prefix hit rate (prompt tokens)")
         ax.set_xlabel("offered rate (req/s)")
         ax.set_ylim(0, 1)
         ax.legend(fontsize=6)
-    # a point is invalid where its `valid` cell is false (0, False); a missing cell is not (pandas' astype(bool))
-    invalid = [rate for rate, valid in zip(x, points["valid"], strict=True) if not valid] if "valid" in points else []
+    # a point is invalid where its `valid` cell is false; a missing cell is not
+    invalid = points.loc[~points["valid"].fillna(True).astype(bool), X].tolist() if "valid" in points else []
     for ax in axes[0][: len(PANELS)]:
         for rate in invalid:
             ax.axvline(rate, color="red", alpha=0.25, linewidth=6)
-    fit_row(fig, list(axes[0]),
-            "Serving latency against offered load" + (" (red: invalid point)" if invalid else ""))
+    fig.suptitle("Serving latency against offered load" + (" (red: invalid point)" if invalid else ""))
+    fig.tight_layout()
     keep = [c for c in ["point", "rate_rps", X, "valid", *[c for _, cols in PANELS for c in cols], *hit_cols]
             if c in points]
-    return save_figure(fig, points.select(keep), job_dir, "latency_vs_rate", tight=False)
+    return save_figure(fig, points[keep], job_dir, "latency_vs_rate")

@@ -60,7 +60,7 @@ from figures.study_tables import (
     splitwise_chosen,
 )
 from figures.style import apply_theme, save_figure
-from harness.result_files import LOAD_FILE, PLACEMENT_FILE
+from vocab.result_files import LOAD_FILE, PLACEMENT_FILE
 
 log = logging.getLogger(__name__)
 

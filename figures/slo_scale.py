@@ -17,7 +17,7 @@ from matplotlib.ticker import PercentFormatter
 
 from figures.study_tables import JobFolder, split_label
 from figures.style import apply_theme, save_figure
-from harness.result_files import SLO_CROSSING_FILE, SLO_SCALE_FILE
+from vocab.result_files import SLO_CROSSING_FILE, SLO_SCALE_FILE
 
 CURVES = {"attainment": "TTFT and TPOT", "attainment_ttft": "TTFT only", "attainment_tpot": "TPOT only"}
 

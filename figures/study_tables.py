@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from harness.result_files import CAPACITY_FILE, CONFIG_FILE, STUDY_FILE, SUMMARY_FILE
+from vocab.result_files import CAPACITY_FILE, CONFIG_FILE, STUDY_FILE, SUMMARY_FILE
 
 log = logging.getLogger(__name__)
 

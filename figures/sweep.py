@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from harness.result_files import SWEEP_FIGURES_DIR, SWEEP_TABLE_FILE
+from vocab.result_files import SWEEP_FIGURES_DIR, SWEEP_TABLE_FILE
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ before numpy and pyarrow are imported, which ``python -m harness`` does after th
   ``requests.parquet`` cost 1.2 to 1.5 s of system time in about half the runs; the C library's allocator
   costs 0.2 s every time. The files written are the same.
 
-(Measured with ``python -m harness.bench.process_time_bench`` and ``/usr/bin/time``.)"""
+(Measured with ``python -m benchmarks.process_time_bench`` and ``/usr/bin/time``.)"""
 
 import os
 

@@ -1,6 +1,6 @@
 """``python -m harness``: the Hydra entry point (composition root of every run).
 
-A :class:`~harness.errors.UserError` (bad config, missing or malformed file, a deployment that cannot
+A :class:`~vocab.errors.UserError` (bad config, missing or malformed file, a deployment that cannot
 start, a job folder that already holds results without ``overwrite=true``) is printed as one line
 naming the file, line or key, with exit status 2 and no traceback; the job folder keeps its
 ``summary.json`` with ``status: failed`` and the reason (a refused folder is left untouched). SIGTERM or
@@ -9,8 +9,7 @@ signal number (143 for SIGTERM), as a shell reports a process the signal ended. 
 and keeps its traceback. Hydra's own errors about the command line or the config tree (an unknown key, a
 value of the wrong type, a missing group option) get the same one line and exit status 2: Hydra is told to
 raise them (``HYDRA_FULL_ERROR``) instead of printing several lines and exiting 1. Messages and every log record (console, ``harness.log``, Hydra's own) are
-redacted of secrets (:mod:`harness.redaction`), installed here before Hydra sets up logging. A single run's
-config is composed once (:mod:`harness.one_composition`; Hydra alone composes it twice).
+redacted of secrets (:mod:`harness.redaction`), installed here before Hydra sets up logging.
 
 In a ``--multirun`` sweep a failed job does not stop the sweep: its error line names the job, its
 ``summary.json`` says why, and the sweep goes on; at the end :class:`harness.sweep.report.SweepReport`
@@ -19,14 +18,6 @@ still ends the whole sweep (143); the jobs not run are left for the same command
 """
 
 from __future__ import annotations
-
-import gc
-
-if __name__ == "__main__":
-    # the imports and the config's composition make next to no garbage, and the collector would walk their
-    # objects again and again (25-35 ms of a 2.4 s run): it is off until the job starts (main) and the
-    # objects made by then are frozen
-    gc.disable()
 
 import logging
 import os
@@ -41,12 +32,10 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.app import JobContext, context_from_hydra, run_job, signal_name
-from harness.collector import release_frozen
-from harness.config import register_configs
-from harness.errors import UserError
-from harness.one_composition import install as compose_once
+from harness.config import register_configs, renamed_key_message
 from harness.redaction import install_log_redaction, redact_text
 from systems.launch.processes import Terminated
+from vocab.errors import UserError
 
 log = logging.getLogger("harness")
 
@@ -61,9 +50,6 @@ def exit_status(exc: Terminated) -> int:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    if not gc.isenabled():  # paused by python -m harness for its start-up (above)
-        gc.freeze()
-        gc.enable()
     install_log_redaction()  # again here: a launcher may run the job in another process (joblib, Slurm, Ray)
     _launch_directory()
     ctx = context_from_hydra(cfg)
@@ -84,9 +70,6 @@ def main(cfg: DictConfig) -> None:
             raise
         # continue on error: the job's summary.json says failed and why; the sweep's exit status counts it
         log.exception("sweep job %s failed (summary: %s)", ctx.job, ctx.folder.path / "summary.json")
-    finally:
-        if ctx.multirun:  # another job may follow in this process: what this one froze goes back to the collector
-            release_frozen()
 
 
 def _launch_directory() -> None:
@@ -118,6 +101,9 @@ def composition_error(exc: BaseException) -> Optional[str]:
     """One line for an error Hydra or OmegaConf raised while composing the config (None: not one)."""
     if not isinstance(exc, HydraException | OmegaConfBaseException) or _raised_in_job(exc.__traceback__):
         return None
+    renamed = renamed_key_message(f"{exc} {exc.__cause__ or ''}")
+    if renamed is not None:
+        return renamed
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     first = lines[0] if lines else type(exc).__name__
     cause = exc.__cause__
@@ -127,14 +113,11 @@ def composition_error(exc: BaseException) -> Optional[str]:
 
 
 if __name__ == "__main__":
-    gc.freeze()  # the imported modules' objects are never garbage: keep the collector from walking them
     install_log_redaction()
     register_configs()
-    compose_once()  # a single run's config is composed once, not once for its mode and once for the run
     os.environ["HYDRA_FULL_ERROR"] = "1"  # composition errors reach us; composition_error makes them one line
     try:
         main()
-        gc.freeze()  # nor walk everything once more at exit
     except Exception as exc:
         message = composition_error(exc)
         if message is None:

@@ -17,11 +17,9 @@ secrets redacted (:mod:`harness.redaction`); the job itself uses the real values
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
-from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,29 +30,69 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import provenance
 from harness.config import Config, validate
-from harness.figure_worker import FigureWorker
 from harness.folder_guard import FolderInUse, guard_folder
-from harness.jobs import JobResult, LazyRunner
-from harness.records import RunSummary
+from harness.jobs import JobResult
 from harness.redaction import redact
-from harness.result_files import CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE
 from harness.results import RunFolder
 from harness.sweep.config_hash import config_hash
 from harness.sweep.resume import RERUN_STATES, JobState, conflict_message, folder_state
 from systems.launch.processes import ReceivedSignals, Terminated, sigterm_as_exception
+from vocab.records import RunSummary
+from vocab.result_files import CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE
 
 log = logging.getLogger(__name__)
 
-# each runner's module is imported when its job runs: a simulator run imports no real-engine, calibration or
-# study code (nor vLLM, aiohttp, W&B ... that those import)
-JOB_RUNNERS: Mapping[str, Callable[[Config, RunFolder], JobResult]] = MappingProxyType({
-    "serve": LazyRunner("harness.serve_job", "run_serve_job"),
-    "cache_study": LazyRunner("harness.studies.cache_hit", "run_cache_study"),
-    "workload": LazyRunner("harness.workload_job", "run_workload"),
-    "sim_study": LazyRunner("harness.studies.dispatch", "run_sim_study"),
-    "compare": LazyRunner("harness.studies.real_compare", "run_compare"),
-    "calibrate": LazyRunner("harness.calibrate.job", "run_calibrate"),
-    "sim_vs_real": LazyRunner("harness.calibrate.sim_vs_real", "run_sim_vs_real"),
+JobRunner = Callable[[Config, RunFolder], JobResult]
+
+
+# Each runner imports its job's module when the job runs: a simulator run imports no real-engine, calibration
+# or study code (nor vLLM, aiohttp, W&B ... that those import).
+def _serve(cfg: Config, folder: RunFolder) -> JobResult:
+    from harness.serve_job import run_serve
+
+    return run_serve(cfg, folder)
+
+
+def _cache_study(cfg: Config, folder: RunFolder) -> JobResult:
+    from harness.studies.cache_hit import run_cache_study
+
+    return run_cache_study(cfg, folder)
+
+
+def _workload(cfg: Config, folder: RunFolder) -> JobResult:
+    from harness.workload_job import run_workload
+
+    return run_workload(cfg, folder)
+
+
+def _sim_study(cfg: Config, folder: RunFolder) -> JobResult:
+    from harness.studies.dispatch import run_sim_study
+
+    return run_sim_study(cfg, folder)
+
+
+def _compare(cfg: Config, folder: RunFolder) -> JobResult:
+    from harness.studies.real_compare import run_compare
+
+    return run_compare(cfg, folder)
+
+
+def _calibrate(cfg: Config, folder: RunFolder) -> JobResult:
+    from harness.calibrate.job import run_calibrate
+
+    return run_calibrate(cfg, folder)
+
+
+def _sim_vs_real(cfg: Config, folder: RunFolder) -> JobResult:
+    from harness.calibrate.sim_vs_real import run_sim_vs_real
+
+    return run_sim_vs_real(cfg, folder)
+
+
+# the function that runs each kind of job (``job=``)
+JOB_RUNNERS: Mapping[str, JobRunner] = MappingProxyType({
+    "serve": _serve, "cache_study": _cache_study, "workload": _workload, "sim_study": _sim_study,
+    "compare": _compare, "calibrate": _calibrate, "sim_vs_real": _sim_vs_real,
 })
 
 
@@ -178,25 +216,15 @@ def _fail(summary: RunSummary, ctx: JobContext, reason: str) -> RunSummary:
     return summary
 
 
-def _figure_worker(typed: Config) -> FigureWorker | None:
-    """The job's figure process, started (its imports overlap the job); None with ``figures=false``."""
-    if not typed.figures:
-        return None
-    from figures.render import FIGURES_BY_KIND
-
-    worker = FigureWorker(typed.job)
-    if FIGURES_BY_KIND.get(typed.job) or typed.job == "sim_study":  # else nothing to draw: no process
-        worker.start()
-    return worker
-
-
-def _render_figures(ctx: JobContext, typed: Config, worker: FigureWorker | None) -> list[Path]:
+def _render_figures(ctx: JobContext, typed: Config) -> list[Path]:
     """The job's figures, drawn from its tables; none with ``figures=false`` (matplotlib is then not imported)."""
-    if worker is None:
+    if not typed.figures:
         log.info("figures=false: no figures drawn (python -m figures --results-dir %s draws them)",
                  ctx.folder.path.parent)
         return []
-    return worker.render(ctx.folder.path)
+    from figures.render import render_job
+
+    return render_job(ctx.folder.path, typed.job)
 
 
 def _publish(typed: Config, summary: RunSummary, resolved: dict[str, Any], ctx: JobContext, result: JobResult,
@@ -222,10 +250,8 @@ def _run_job(cfg: DictConfig, ctx: JobContext, digest: str, signals: ReceivedSig
     try:  # a signal that lands while the running summary is written (its fsync) still leaves a failed one
         ctx.folder.write_summary(summary)
         typed = validate(cfg)
-        with _figure_worker(typed) or nullcontext() as worker:
-            result = JOB_RUNNERS[typed.job](typed, ctx.folder)
-            figure_paths = _render_figures(ctx, typed, worker)
-        ctx.folder.wait_for_writes()  # a table the job left writing in the background (harness.serve_job)
+        result = JOB_RUNNERS[typed.job](typed, ctx.folder)
+        figure_paths = _render_figures(ctx, typed)
         signals.check()  # a SIGTERM whose exception Python dropped (raised inside a __del__) still fails the job
         files = {**summary.files, **result.files,
                  **{figure_key(p): str(p.relative_to(ctx.folder.path)) for p in figure_paths}}
@@ -233,8 +259,6 @@ def _run_job(cfg: DictConfig, ctx: JobContext, digest: str, signals: ReceivedSig
                                       validity=result.validity, workload=result.workload, files=files)
         ctx.folder.write_summary(summary)
     except BaseException as exc:
-        with contextlib.suppress(BaseException):  # its file is not part of a failed job's results
-            ctx.folder.wait_for_writes()
         _fail(summary, ctx, failure_reason(exc))
         raise
     for name, path in summary.files.items():

@@ -7,13 +7,14 @@ composes YAML over these dataclasses, so an unknown key or a value of the wrong 
 composition, naming the key. :func:`validate` then turns the composed tree into dataclass instances,
 which runs each dataclass's ``__post_init__`` checks, and checks the rules that span groups: the
 system's topology against the engine (:func:`systems.topology.check_deployment`), the GPU budget on
-every engine (:func:`systems.gpu_budget.check_gpu_budget`) and the job's own requirements. Every failure is one :class:`~harness.errors.ConfigError` naming the key, before any work.
+every engine (:func:`systems.gpu_budget.check_gpu_budget`) and the job's own requirements. Every failure is one :class:`~vocab.errors.ConfigError` naming the key, before any work.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,13 +24,13 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from harness.errors import ConfigError
 from harness.slo import SLOConfig
 from harness.validity import ValidityConfig
 from systems.config import CONF_DIR, HardwareConfig, ModelConfig, SystemConfig
 from systems.engine_config import ENGINE_SCHEMAS
 from systems.gpu_budget import check_gpu_budget
 from systems.topology import check_deployment
+from vocab.errors import ConfigError
 from workloads.config import (
     RATE_RPS_RANGE,
     AzureTraceConfig,
@@ -40,6 +41,17 @@ from workloads.config import (
 from workloads.load_point import RATE_ARRIVALS
 
 JOBS = ("serve", "cache_study", "workload", "sim_study", "compare", "calibrate", "sim_vs_real")
+# Keys renamed so that "capacity", "placement" and "cluster" each mean one thing (docs/architecture.md, "Words"):
+# a config or command line that still uses an old key is refused with the new key's name.
+RENAMED_KEYS = {
+    "sweep.capacity_fractions": "sweep.saturation_fractions",
+    "sweep.capacity_concurrency": "sweep.saturation_concurrency",
+    "sweep.capacity_requests": "sweep.saturation_requests",
+    "engine.placement": "engine.hosting",
+    "engine.placement_rules": "engine.hosting_rules",
+    "cache_study.capacities": "cache_study.cache_sizes",
+    "cache_study.global_local.capacities_per_instance": "cache_study.global_local.cache_sizes_per_instance",
+}
 
 
 @dataclass
@@ -65,7 +77,7 @@ class GlobalLocalConfig:
     """Global pool vs private caches (Mooncake's global cache argument)."""
 
     n_instances: int = 8
-    capacities_per_instance: list[int] = field(default_factory=lambda: [1000, 10000])
+    cache_sizes_per_instance: list[int] = field(default_factory=lambda: [1000, 10000])
     routings: list[str] = field(default_factory=lambda: ["random", "round_robin", "cache_aware"])
     policy: str = "lru"
 
@@ -77,14 +89,14 @@ class CacheStudyConfig:
     traces: dict[str, str] = field(default_factory=dict)  # label -> trace file (data-dir relative)
     block_size: int = 512
     strict: bool = True
-    capacities: list[Optional[int]] = field(default_factory=lambda: [1000, 10000, 30000, 50000, 100000, None])
+    cache_sizes: list[Optional[int]] = field(default_factory=lambda: [1000, 10000, 30000, 50000, 100000, None])
     policies: list[str] = field(default_factory=lambda: ["lru", "lfu", "length_aware"])
     global_local: GlobalLocalConfig = field(default_factory=GlobalLocalConfig)
 
     def __post_init__(self) -> None:
-        for cap in self.capacities:
+        for cap in self.cache_sizes:
             if cap is not None and cap <= 0:
-                raise ConfigError(f"cache_study.capacities: capacities must be > 0 or null (infinite), got {cap}")
+                raise ConfigError(f"cache_study.cache_sizes: cache sizes (blocks) must be > 0 or null (infinite), got {cap}")
         if self.global_local.n_instances < 1:
             raise ConfigError("cache_study.global_local.n_instances: must be >= 1")
 
@@ -94,12 +106,12 @@ class SweepConfig:
     """Measured points of one serving job, run on one deployment (prefix cache reset between them)."""
 
     rates_rps: list[float] = field(default_factory=list)  # empty: one point at the workload's own arrivals
-    # real engines: measure the deployment's capacity on this host first (a closed loop of capacity_requests
-    # requests, capacity_concurrency in flight), then offer these fractions of it (harness/host_capacity.py)
-    capacity_fractions: list[float] = field(default_factory=list)
-    capacity_concurrency: int = 16
-    capacity_requests: int = 64
-    point_duration_s: float = 20.0  # capacity-sized points: rate x this many requests, within the bounds below
+    # real engines: measure the deployment's saturation rate on this host first (a closed loop of saturation_requests
+    # requests, saturation_concurrency in flight), then offer these fractions of it (harness/host_saturation.py)
+    saturation_fractions: list[float] = field(default_factory=list)
+    saturation_concurrency: int = 16
+    saturation_requests: int = 64
+    point_duration_s: float = 20.0  # points sized to the saturation rate: rate x this many requests, within the bounds below
     min_point_requests: int = 40
     max_point_requests: int = 400
 
@@ -108,20 +120,20 @@ class SweepConfig:
         for rate in self.rates_rps:
             if not low <= rate <= high:  # also refuses nan
                 raise ConfigError(f"sweep.rates_rps: rates must be in [{low:g}, {high:g}] req/s, got {rate}")
-        for fraction in self.capacity_fractions:
+        for fraction in self.saturation_fractions:
             if not 0 < fraction <= 2:
-                raise ConfigError(f"sweep.capacity_fractions: fractions of the measured capacity must be in (0, 2], "
+                raise ConfigError(f"sweep.saturation_fractions: fractions of the measured saturation rate must be in (0, 2], "
                                   f"got {fraction}")
-        if self.capacity_fractions and self.rates_rps:
-            raise ConfigError("sweep: give sweep.rates_rps (fixed rates, for the simulator) or sweep.capacity_fractions "
-                              "(fractions of the capacity measured on this host), not both")
-        for key in ("capacity_concurrency", "capacity_requests", "min_point_requests", "max_point_requests"):
+        if self.saturation_fractions and self.rates_rps:
+            raise ConfigError("sweep: give sweep.rates_rps (fixed rates, for the simulator) or sweep.saturation_fractions "
+                              "(fractions of the saturation rate measured on this host), not both")
+        for key in ("saturation_concurrency", "saturation_requests", "min_point_requests", "max_point_requests"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"sweep.{key}: must be >= 1, got {getattr(self, key)}")
-        if self.capacity_requests < 3 * self.capacity_concurrency:
-            raise ConfigError(f"sweep.capacity_requests: needs at least 3 x sweep.capacity_concurrency "
-                              f"({3 * self.capacity_concurrency}) so that a steady stretch is measured, got "
-                              f"{self.capacity_requests}")
+        if self.saturation_requests < 3 * self.saturation_concurrency:
+            raise ConfigError(f"sweep.saturation_requests: needs at least 3 x sweep.saturation_concurrency "
+                              f"({3 * self.saturation_concurrency}) so that a steady stretch is measured, got "
+                              f"{self.saturation_requests}")
         if not 0 < self.point_duration_s < math.inf:
             raise ConfigError(f"sweep.point_duration_s: must be a finite number > 0, got {self.point_duration_s}")
         if self.min_point_requests > self.max_point_requests:
@@ -276,14 +288,26 @@ def register_configs(store: ConfigStore | None = None) -> None:
         cs.store(group="engine", name=name, node=schema)
 
 
+def renamed_key_message(text: str) -> Optional[str]:
+    """One line for an error whose text names a key of :data:`RENAMED_KEYS` (None when it names none)."""
+    for old in sorted(RENAMED_KEYS, key=len, reverse=True):
+        if re.search(rf"(?<![\w.]){re.escape(old)}(?!\w)", text):
+            return f"{old}: renamed to {RENAMED_KEYS[old]} (docs/architecture.md says what each word means)"
+    return None
+
+
 def check_unknown_keys(node: DictConfig, path: str = "") -> None:
-    """Reject keys a schema does not declare (Hydra's ``+key=value`` bypasses struct mode)."""
+    """Reject keys a schema does not declare (Hydra's ``+key=value`` bypasses struct mode); an old name of a
+    renamed key is named with its new one."""
     schema = OmegaConf.get_type(node)
     if dataclasses.is_dataclass(schema):
         known = {f.name for f in dataclasses.fields(schema)}
         for key in node:
             if key not in known:
                 name = f"{path}.{key}" if path else str(key)
+                renamed = renamed_key_message(name)
+                if renamed is not None:
+                    raise ConfigError(renamed)
                 raise ConfigError(f"{name}: unknown key; {schema.__name__} accepts {', '.join(sorted(known))}")
     for key in node:
         child = node._get_node(key)
@@ -344,4 +368,5 @@ def compose_config(overrides: Sequence[str], conf_dir: Path = CONF_DIR) -> DictC
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
             return compose(config_name="config", overrides=list(overrides))
     except HydraException as exc:
-        raise ConfigError(f"{list(overrides)}: {exc}") from exc
+        renamed = renamed_key_message(f"{exc} {exc.__cause__ or ''}")
+        raise ConfigError(renamed or f"{list(overrides)}: {exc}") from exc

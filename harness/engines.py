@@ -19,9 +19,9 @@ def open_deployment(cfg: Config, folder: JobFolder) -> Deployment:
     """The deployment of ``cfg`` as an unentered context manager (``with open_deployment(...) as d``)."""
     engine = cfg.engine.name
     if engine == "sim":
-        from systems.sim.deployment import SimDeployment
+        from systems.sim.engine import SimEngine
 
-        return SimDeployment(cfg, folder)
+        return SimEngine(cfg, folder)
     from harness.load_driver import LoadGenDriver  # the HTTP load generator: real engines only
 
     driver = LoadGenDriver(cfg.model, cfg.seed, cfg.engine.load)

@@ -3,10 +3,10 @@
 A rerun into the same folder (``hydra.run.dir=X`` twice, two runs in the same second) would otherwise
 replace ``summary.json`` and ``config.yaml`` and leave the old run's tables and figures beside them, as
 if the new run had written them. :func:`guard_folder` refuses such a folder with
-:class:`FolderInUse` (a :class:`~harness.errors.UserError`: one line naming the folder and
+:class:`FolderInUse` (a :class:`~vocab.errors.UserError`: one line naming the folder and
 ``overwrite=true``, exit status 2) before anything is written; with ``overwrite=true`` it removes the old
 results first (every file the old ``summary.json`` lists and every known result name,
-:mod:`harness.result_files`), so nothing stale is left beside the new run. Other files are left alone.
+:mod:`vocab.result_files`), so nothing stale is left beside the new run. Other files are left alone.
 
 It runs twice: from the Hydra callback before Hydra creates the folder (:mod:`harness.hydra_checks`,
 where the old ``harness.log`` and ``.hydra/`` count as results too, since Hydra would append to the one and
@@ -21,8 +21,8 @@ import logging
 import shutil
 from pathlib import Path
 
-from harness import result_files as rf
-from harness.errors import UserError
+from vocab import result_files as rf
+from vocab.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from typing import Optional
 
 from harness.loadgen import LoadGenOptions, LoadResult, TargetConfig, run_load
 from harness.prompts import build_prompts
-from harness.records import RequestSpec
 from systems.config import ModelConfig
 from systems.contract import DeploymentError
 from systems.engine_config import LoadConfig
+from vocab.records import RequestSpec
 from workloads.arrivals import ArrivalSchedule
 from workloads.base import WorkloadRequests
 

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from harness.order_statistics import has_negative_zero, linear_percentiles
-from harness.records import RECORD_FIELD_COLUMNS, RecordFieldColumns, RequestRecord, RequestStatus
 from harness.slo import BOUND_KEYS, SLOConfig
+from vocab.records import RECORD_FIELD_COLUMNS, RecordFieldColumns, RequestRecord, RequestStatus
 
 if TYPE_CHECKING:  # request_frame imports pandas when called; the summary needs none
     import pandas as pd
@@ -95,8 +94,6 @@ def percentiles(values: Iterable[float] | np.ndarray, qs: Sequence[float]) -> li
     arr = _clean(values)
     if arr.size == 0 or not qs:
         return [None] * len(qs)
-    if arr.dtype == np.float64 and not has_negative_zero(arr):
-        return linear_percentiles(arr, qs)  # the same floats, found rank by rank
     return [float(v) for v in np.percentile(arr, qs, method="linear")]
 
 
@@ -209,7 +206,7 @@ def _tbt_ms(itl_ms: np.ndarray, itl_count: np.ndarray) -> np.ndarray:
 
 def extract_columns(records: Iterable[RequestRecord] | RecordColumns | RecordFieldColumns) -> RecordColumns:
     """The columns of ``records`` (returned as they are when already extracted; from their fields when an
-    engine gave them as :class:`~harness.records.RecordFieldColumns`)."""
+    engine gave them as :class:`~vocab.records.RecordFieldColumns`)."""
     if isinstance(records, RecordColumns):
         return records
     if isinstance(records, RecordFieldColumns):
@@ -246,7 +243,7 @@ def extract_columns(records: Iterable[RequestRecord] | RecordColumns | RecordFie
 def columns_from_fields(fields: Mapping[str, np.ndarray], times: np.ndarray, n_chunks: np.ndarray,
                         extra: dict[str, list[Any]]) -> RecordColumns:
     """The :class:`RecordColumns` of records given field by field (as in
-    :class:`~harness.records.RecordFieldColumns`); the per-request metrics (TTFT, TPOT, E2E, TBT, interval
+    :class:`~vocab.records.RecordFieldColumns`); the per-request metrics (TTFT, TPOT, E2E, TBT, interval
     count, issue lag) are computed here."""
     arrival, sent, first, finish = (fields[k] for k in ("arrival_s", "sent_s", "first_token_s", "finish_s"))
     n_out = fields["n_out"]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol, TypeVar
 
-from harness.errors import ConfigError, UserError
+from vocab.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 MODES = ("auto", "none", "joblib", "ray", "slurm", "submitit_local")
-RAY_START_HINT = "start one with `python -m harness.cluster.ray_local up` (or `ray start --head`)"
-RAY_ENV_HINT = 'export what it needs: eval "$(python -m harness.cluster.ray_local env)"'
+RAY_START_HINT = "start one with `python -m tests.clusters.ray_local up` (or `ray start --head`)"
+RAY_ENV_HINT = 'export what it needs: eval "$(python -m tests.clusters.ray_local env)"'
 RAY_LOOPBACK_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # unset: Ray dials the host's address for 127.0.0.1
 # Hydra launcher class names (the last part of hydra.launcher._target_) -> the probe backend they imply
 LAUNCHER_BACKENDS = {"JoblibLauncher": "joblib", "RayLauncher": "ray", "RayAWSLauncher": "ray",

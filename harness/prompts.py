@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.records import RequestSpec
 from systems.config import ModelConfig
+from vocab.records import RequestSpec
 from workloads.base import WorkloadRequests, dense_block_ids
 from workloads.tokens import VocabSpec, prompt_token_ids
 

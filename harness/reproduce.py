@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.result_files import REPORT_FILE
+from vocab.result_files import REPORT_FILE
 
 log = logging.getLogger("harness.reproduce")
 

@@ -1,8 +1,7 @@
 """Run folders: atomic writes of config, tables, per-request records and ``summary.json``.
 
-Tables are :class:`harness.tables.Table`s (written without pandas, as pandas would write them) or pandas
-DataFrames; the requests table is :func:`records_table` (:func:`records_frame` as a DataFrame), or
-:func:`columns_table` from the records' columns when an engine gives them (the simulator).
+Tables are pandas DataFrames; the requests table is :func:`records_frame`, or :func:`columns_frame` from the
+records' columns when an engine gives them (the simulator).
 
 Every file is written to a temporary name in the same folder, flushed to disk (``fsync``) and moved
 into place with ``os.replace``, after which the folder itself is synced: a reader, a crash or a power
@@ -23,12 +22,10 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from harness.atomic_files import write_atomically
-from harness.background_write import BackgroundWrite
-from harness.records import RequestRecord, RequestStatus, RunSummary
 from harness.redaction import redact
-from harness.result_files import REQUESTS_FILE, SUMMARY_FILE
-from harness.tables import FloatLists, Table
+from vocab.atomic_files import write_atomically
+from vocab.records import RequestRecord, RequestStatus, RunSummary
+from vocab.result_files import REQUESTS_FILE, SUMMARY_FILE
 
 if TYPE_CHECKING:  # pandas is imported by the functions that make or read a DataFrame, when called
     import pandas as pd
@@ -39,7 +36,7 @@ _RECORD_FIELDS = [f.name for f in dataclasses.fields(RequestRecord)]
 
 
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
-    """Write ``path`` through ``write(tmp)``, atomically and durably (:mod:`harness.atomic_files`)."""
+    """Write ``path`` through ``write(tmp)``, atomically and durably (:mod:`vocab.atomic_files`)."""
     return write_atomically(path, write)
 
 
@@ -164,34 +161,8 @@ def records_frame(records: Sequence[RequestRecord], chunk_times_s: Optional[np.n
     return pd.DataFrame(columns, columns=_RECORD_FIELDS)
 
 
-def _float_lists(chunks: Sequence[tuple[float, ...]], flat: Optional[np.ndarray] = None) -> Optional[FloatLists]:
-    """The chunk times as :class:`~harness.tables.FloatLists` when :func:`_chunk_column` makes them float
-    arrays (else None: they stay lists)."""
-    lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
-    offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    total = int(offsets[-1])
-    if not total or any(type(c[0]) is not float for c in chunks if c):
-        return None
-    if flat is None or flat.size != total:
-        flat = np.fromiter(itertools.chain.from_iterable(chunks), dtype=np.float64, count=total)
-    return FloatLists(flat, offsets)
-
-
-def records_table(records: Sequence[RequestRecord], chunk_times_s: Optional[np.ndarray] = None,
-                  extra: Optional[Mapping[str, list[Any]]] = None) -> Table:
-    """The records as a :class:`~harness.tables.Table` (one row per request), written as
-    :func:`records_frame` would be, without pandas. ``chunk_times_s`` (as for :func:`records_frame`) and
-    ``extra`` (each ``extra`` key's values, :attr:`harness.metrics.RecordColumns.extra`): what the caller
-    has already gathered from the records."""
-    columns = _record_columns(records, extra)
-    lists = _float_lists(columns["chunk_times_s"], chunk_times_s)
-    columns["chunk_times_s"] = lists if lists is not None else [list(c) for c in columns["chunk_times_s"]]
-    return Table.from_columns(columns, frame=lambda: records_frame(records, chunk_times_s))
-
-
-def columns_table(columns: RecordColumns) -> Optional[Table]:
-    """The records' table (what :func:`records_table` makes of them) from their columns alone, for records
+def columns_frame(columns: RecordColumns) -> Optional[pd.DataFrame]:
+    """The records' table (what :func:`records_frame` makes of them) from their columns alone, for records
     that all hold the same ``extra`` keys (strings) and at least one chunk time between them, all floats
     (the simulator's); None otherwise (the records' own table is then the one to write)."""
     extra = columns.extra
@@ -203,29 +174,24 @@ def columns_table(columns: RecordColumns) -> Optional[Table]:
         encoder = json.JSONEncoder(sort_keys=True)
         texts = [encoder.encode(dict(zip(extra, row, strict=True))) for row in zip(*extra.values(), strict=True)] \
             if extra else ["{}"] * n
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(columns.n_chunks, out=offsets[1:])
+    import pandas as pd
+
+    ends = np.cumsum(columns.n_chunks).tolist()
+    rows = np.empty(n, dtype=object)
+    for i, (start, end) in enumerate(zip([0, *ends[:-1]], ends, strict=True)):
+        rows[i] = columns.chunk_times_s[start:end]  # one by one, as records_frame makes them
     values = columns.columns
     data: dict[str, Any] = {}
     for name in _RECORD_FIELDS:
         if name == "chunk_times_s":
-            data[name] = FloatLists(columns.chunk_times_s, offsets)
+            data[name] = rows
         elif name == "extra":
             data[name] = texts
         elif values[name].dtype == object:
             data[name] = values[name].tolist()
         else:
             data[name] = values[name]
-
-    def frame() -> pd.DataFrame:
-        import pandas as pd
-
-        rows = np.empty(n, dtype=object)
-        for i, row in enumerate(data["chunk_times_s"].rows()):  # one by one, as records_frame makes them
-            rows[i] = row
-        return pd.DataFrame({**data, "chunk_times_s": rows}, columns=_RECORD_FIELDS)
-
-    return Table.from_columns(data, frame=frame)
+    return pd.DataFrame(data, columns=_RECORD_FIELDS)
 
 
 def load_records(path: Path) -> list[RequestRecord]:
@@ -250,14 +216,11 @@ def load_records(path: Path) -> list[RequestRecord]:
 
 
 class RunFolder:
-    """One job's output folder: ``results/<experiment>/<job>/``. A table may be written in the background
-    (:meth:`write_table_in_background`); :meth:`wait_for_writes` waits for every such write, and whoever
-    reports the folder complete (``summary.json``) calls it first."""
+    """One job's output folder: ``results/<experiment>/<job>/``."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self._background: list[BackgroundWrite] = []
 
     def file(self, name: str) -> Path:
         return self.path / name
@@ -268,42 +231,27 @@ class RunFolder:
     def write_json(self, name: str, obj: Any) -> Path:
         return self.write_text(name, json.dumps(_json_safe(obj), indent=2, sort_keys=False) + "\n")
 
-    def write_table(self, name: str, table: Table | pd.DataFrame) -> Path:
-        """Write a table (a :class:`~harness.tables.Table` or a DataFrame) as parquet (``.parquet``) or CSV
-        (``.csv``), atomically; a ``Table`` gives the file its DataFrame would."""
+    def write_table(self, name: str, table: pd.DataFrame) -> Path:
+        """Write a DataFrame as parquet (``.parquet``) or CSV (``.csv``), atomically."""
         if name.endswith(".parquet"):
-            write = table.write_parquet if isinstance(table, Table) else \
-                (lambda tmp: table.to_parquet(tmp, index=False))
-        elif name.endswith(".csv"):
-            write = table.write_csv if isinstance(table, Table) else (lambda tmp: table.to_csv(tmp, index=False))
-        else:
-            raise ValueError(f"table name must end in .parquet or .csv, got {name!r}")
-        return _atomic_write(self.path / name, write)
-
-    def write_table_in_background(self, name: str, table: Table | pd.DataFrame) -> None:
-        """Start :meth:`write_table` in a thread of its own (:mod:`harness.background_write`)."""
-        self._background.append(BackgroundWrite(self.path / name, lambda: self.write_table(name, table)))
-
-    def wait_for_writes(self) -> None:
-        """Wait for every background write to end; then raise the first one's error, if any failed."""
-        pending, self._background = self._background, []
-        errors: list[BaseException] = []
-        for write in pending:
-            try:
-                write.wait()
-            except BaseException as exc:  # noqa: BLE001 - every write is waited for, then the first error raised
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+            return _atomic_write(self.path / name, lambda tmp: table.to_parquet(tmp, index=False))
+        if name.endswith(".csv"):
+            return _atomic_write(self.path / name, lambda tmp: table.to_csv(tmp, index=False))
+        raise ValueError(f"table name must end in .parquet or .csv, got {name!r}")
 
     def write_point_rows(self, name: str, points: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]) -> Path:
-        """Write every point's rows (dicts) as one table, a ``point`` column first: the file of ``pd.concat``
-        over the points of ``pd.DataFrame(rows)`` with ``point`` inserted first (built without pandas)."""
-        return self.write_table(name, Table.concat([Table.from_rows(rows).insert(0, "point", point)
-                                                    for point, rows in points]))
+        """Write every point's rows (dicts) as one table, a ``point`` column first."""
+        import pandas as pd
+
+        frames = []
+        for point, rows in points:
+            frame = pd.DataFrame(list(rows))
+            frame.insert(0, "point", point)
+            frames.append(frame)
+        return self.write_table(name, pd.concat(frames, ignore_index=True))
 
     def write_records(self, records: Sequence[RequestRecord]) -> Path:
-        return self.write_table(REQUESTS_FILE, records_table(records))
+        return self.write_table(REQUESTS_FILE, records_frame(records))
 
     def write_summary(self, summary: RunSummary) -> Path:
         """Write ``summary.json`` with secrets redacted (overrides, choices, metrics, reason ...)."""

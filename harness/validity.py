@@ -22,7 +22,7 @@ from typing import Any, Optional
 import numpy as np
 
 from harness.metrics import RecordColumns, extract_columns, percentile
-from harness.records import RequestRecord, RequestStatus, block_reasons
+from vocab.records import RequestRecord, RequestStatus, block_reasons
 
 log = logging.getLogger(__name__)
 
@@ -253,18 +253,18 @@ def _rate_text(rps: float) -> str:
 
 
 def overload_check(records: Iterable[RequestRecord], offered_rate_rps: Optional[float],
-                   capacity_rps: Optional[float] = None, cfg: Optional[ValidityConfig] = None) -> dict[str, Any]:
+                   saturation_rps: Optional[float] = None, cfg: Optional[ValidityConfig] = None) -> dict[str, Any]:
     """Whether an open-loop point's queues grew through the whole run (its offered load exceeded what the
     system served): the median TTFT of the last third of the requests (by scheduled arrival) is more than
     ``overload_ttft_growth`` times the first third's and above ``overload_min_ttft_ms``, or the rate the
     requests completed at (``completed_rate_rps``: ok requests - 1 over first to last ok finish) falls more
-    than ``max_rate_shortfall`` short of ``offered_rate_rps``. ``capacity_rps`` (a measured capacity, when
+    than ``max_rate_shortfall`` short of ``offered_rate_rps``. ``saturation_rps`` (a measured saturation rate, when
     known) is only reported. A closed loop (no finite offered rate) is not checked (``checked`` false).
     JSON-able; ``reason`` is the invalidity reason when overloaded, else None."""
     cfg = cfg or ValidityConfig()
     recs = sorted((r for r in records if math.isfinite(r.arrival_s)), key=lambda r: r.arrival_s)
     offered = offered_rate_rps if _finite(offered_rate_rps) and offered_rate_rps > 0 else None
-    capacity = float(capacity_rps) if _finite(capacity_rps) and capacity_rps > 0 else None
+    saturation = float(saturation_rps) if _finite(saturation_rps) and saturation_rps > 0 else None
     third = len(recs) // 3
     first_ms = _median_ttft_ms(recs[:third]) if third else None
     last_ms = _median_ttft_ms(recs[len(recs) - third:]) if third else None
@@ -276,7 +276,7 @@ def overload_check(records: Iterable[RequestRecord], offered_rate_rps: Optional[
     reason = None
     if overloaded:
         parts = [f"offered {_rate_text(offered)} req/s"
-                 + (f" against a measured capacity of {_rate_text(capacity)} req/s" if capacity else "")]
+                 + (f" against a measured saturation rate of {_rate_text(saturation)} req/s" if saturation else "")]
         if first_ms is not None and last_ms is not None:
             verb = "grew" if last_ms > first_ms else "went"
             parts.append(f"TTFT {verb} from {_duration_text(first_ms)} to {_duration_text(last_ms)} through the run")
@@ -287,7 +287,7 @@ def overload_check(records: Iterable[RequestRecord], offered_rate_rps: Optional[
         reason = "overloaded: " + "; ".join(parts)
     return {"overloaded": overloaded, "checked": offered is not None, "reason": reason,
             "first_third_ttft_ms": first_ms, "last_third_ttft_ms": last_ms, "completed_rate_rps": completed,
-            "offered_rate_rps": offered, "capacity_rps": capacity,
+            "offered_rate_rps": offered, "saturation_rps": saturation,
             "overload_ttft_growth": float(cfg.overload_ttft_growth),
             "overload_min_ttft_ms": float(cfg.overload_min_ttft_ms), "max_rate_shortfall": float(cfg.max_rate_shortfall)}
 
@@ -324,7 +324,7 @@ def assess_validity(
     *,
     offered_rate_rps: Optional[float] = None,
     host_load: Optional[Mapping[str, Any]] = None,
-    capacity_rps: Optional[float] = None,
+    saturation_rps: Optional[float] = None,
     check_overload: Optional[bool] = None,
     columns: Optional[RecordColumns] = None,
 ) -> dict[str, Any]:
@@ -341,7 +341,7 @@ def assess_validity(
     For a point measured on real processes: ``host_load`` (a :class:`harness.host_load.HostLoadMonitor`
     block) is kept under ``host_load`` with its thresholds, and :func:`host_interference_reasons` are added;
     the overload check (:func:`overload_check`, under ``overload``; open-loop schedules only) runs when
-    ``check_overload`` is true, or, when it is None, whenever ``host_load`` or ``capacity_rps`` is given.
+    ``check_overload`` is true, or, when it is None, whenever ``host_load`` or ``saturation_rps`` is given.
     Without these arguments the block is exactly what it was before they existed. ``columns``, the records'
     :class:`~harness.metrics.RecordColumns` when the caller has them, saves extracting them again.
     """
@@ -402,8 +402,8 @@ def assess_validity(
         first_reasons = host_interference_reasons(host_load, cfg)
     else:
         first_reasons = []
-    if check_overload or (check_overload is None and (host_load is not None or capacity_rps is not None)):
-        overload = overload_check(recs, offered, capacity_rps, cfg)
+    if check_overload or (check_overload is None and (host_load is not None or saturation_rps is not None)):
+        overload = overload_check(recs, offered, saturation_rps, cfg)
         extra_blocks["overload"] = overload
         if overload["reason"]:
             first_reasons.append(overload["reason"])

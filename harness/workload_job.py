@@ -13,8 +13,8 @@ import pandas as pd
 
 from harness.config import Config
 from harness.jobs import JobResult
-from harness.result_files import WORKLOAD_FILE
 from harness.results import RunFolder
+from vocab.result_files import WORKLOAD_FILE
 from workloads.registry import build_workload
 
 log = logging.getLogger(__name__)

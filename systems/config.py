@@ -14,8 +14,8 @@ from typing import Optional
 
 from omegaconf import MISSING
 
-from harness.errors import ConfigError
 from systems.topology import ROLES, SYSTEM_NAMES
+from vocab.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # the Hydra config tree these schemas describe
 

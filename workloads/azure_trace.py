@@ -17,7 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from harness.records import RequestSpec
+from vocab.records import RequestSpec
 from workloads.base import LoadedRequests, Workload
 from workloads.config import MAX_REQUEST_TOKENS, AzureTraceConfig
 from workloads.datadir import resolve_trace_path

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Optional
 
 import numpy as np
 
-from harness.records import RequestSpec
+from vocab.records import RequestSpec
 from workloads.arrivals import ArrivalSchedule, assign_arrivals
 from workloads.config import WorkloadConfig, missing_keys
 from workloads.errors import WorkloadConfigError, WorkloadError

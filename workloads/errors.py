@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from harness.errors import UserError
+from vocab.errors import UserError
 
 
 class WorkloadError(UserError):

@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.records import RequestSpec
+from vocab.records import RequestSpec
 from workloads.base import LoadedRequests, Workload
 from workloads.config import MAX_REQUEST_TOKENS, MooncakeTraceConfig
 from workloads.datadir import resolve_trace_path

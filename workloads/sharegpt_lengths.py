@@ -22,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from harness.records import RequestSpec
+from vocab.records import RequestSpec
 from workloads.arrivals import RngStream, rng_stream
 from workloads.base import LoadedRequests, Workload
 from workloads.config import MAX_REQUEST_TOKENS, ShareGPTLengthsConfig

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.records import RequestSpec
+from vocab.records import RequestSpec
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

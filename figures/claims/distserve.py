@@ -32,7 +32,7 @@ from figures.claims.base import (
     ratio_range,
 )
 from figures.study_tables import JobFolder, slo_goodput_table, split_label
-from harness.result_files import PLACEMENT_FILE, SLO_CROSSING_FILE
+from vocab.result_files import PLACEMENT_FILE, SLO_CROSSING_FILE
 
 DISTSERVE = "DistServe OSDI'24"
 JUDGED_WORKLOAD = "sharegpt"  # DistServe's chatbot workload (ShareGPT)

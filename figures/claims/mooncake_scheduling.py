@@ -23,7 +23,7 @@ from figures.claims.base import (
 )
 from figures.global_cache import global_cache_table
 from figures.study_tables import JobFolder, rejection_table
-from harness.result_files import LOAD_FILE
+from vocab.result_files import LOAD_FILE
 
 FAST25 = "Mooncake FAST'25"
 ARXIV_MC = "Mooncake arXiv 2407.00079"

@@ -25,7 +25,7 @@ from figures.claims.base import (
     need_columns,
 )
 from figures.study_tables import JobFolder, splitwise_chosen
-from harness.result_files import SENSITIVITY_FILE
+from vocab.result_files import SENSITIVITY_FILE
 
 SPLITWISE = "Splitwise ISCA'24"
 SCENARIO_LABELS = {"token_timing_splitwise_sim": "with splitwise-sim's token-phase timing "

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.records import RequestRecord, RequestSpec, RequestStatus
+from vocab.records import RequestRecord, RequestSpec, RequestStatus
 from workloads.arrivals import ArrivalSchedule
 from workloads.base import WorkloadRequests
 

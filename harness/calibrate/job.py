@@ -50,12 +50,12 @@ from harness.calibrate.cells import (
 )
 from harness.config import Config
 from harness.engines import open_deployment
-from harness.errors import ConfigError, UserError
 from harness.jobs import JobResult
-from harness.result_files import CALIBRATION_SAMPLES_FILE, PROFILE_FILE
 from harness.results import RunFolder, atomic_write_text
 from harness.studies.variants import compose_variant, job_overrides
 from systems.contract import Deployment
+from vocab.errors import ConfigError, UserError
+from vocab.result_files import CALIBRATION_SAMPLES_FILE, PROFILE_FILE
 
 log = logging.getLogger(__name__)
 

@@ -3,8 +3,8 @@
 1. The profile: ``sim_vs_real.profile``, or, when that is null, a calibration of this host run first
    (``<job>/calibrate/``, the ``calibrate_cpu`` preset with this job's model and ``calibrate.*`` settings).
 2. Every ``study.variants`` design is served on real processes as a serving job of its own
-   (``<job>/real/<design>/``): its capacity is measured on this host, then it is offered
-   ``sweep.capacity_fractions`` of it (:mod:`harness.host_capacity`), each point watched for host
+   (``<job>/real/<design>/``): its saturation rate is measured on this host, then it is offered
+   ``sweep.saturation_fractions`` of it (:mod:`harness.host_saturation`), each point watched for host
    interference and overload (:mod:`harness.validity`).
 3. The same design is simulated (``sim_vs_real.sim_overrides``: ``engine=sim engine.perf_model=fitted``
    with the profile, plus ``sim_vs_real.design_sim_overrides[<design>]``) on the very requests each real point
@@ -31,18 +31,18 @@ import pandas as pd
 from harness.calibrate.job import run_calibrate
 from harness.config import Config
 from harness.engines import open_deployment
-from harness.errors import ConfigError
 from harness.jobs import JobResult
 from harness.metrics import summarize
-from harness.result_files import CALIBRATION_FILE, PROFILE_FILE, REQUESTS_FILE, STUDY_FILE
 from harness.results import RunFolder, records_frame
-from harness.serve_job import ServedPoint, run_serve
+from harness.serve_job import ServedPoint, ServePlan, plan_serve, run_serve
 from harness.studies.variants import compose_variant, job_overrides
 from harness.validity import combine_validity
 from systems.contract import Deployment
-from systems.sim.deployment import SimDeployment
+from systems.sim.engine import SimEngine
 from systems.topology import topology_of
-from workloads.registry import build_workload, to_workload_config
+from vocab.errors import ConfigError
+from vocab.result_files import CALIBRATION_FILE, PROFILE_FILE, REQUESTS_FILE, STUDY_FILE
+from workloads.registry import build_workload
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +78,12 @@ def calibrate_here(cfg: Config, folder: RunFolder) -> str:
     return str(sub.file(PROFILE_FILE))
 
 
-def check_simulable(scfg: Config, rcfg: Config, folder: RunFolder) -> None:
+def check_simulable(scfg: Config, rcfg: Config, plan: ServePlan, folder: RunFolder) -> None:
     """Open the simulated deployment (the profile read and matched to this host and model) and check that the
-    profile covers the design's workload, before any server starts."""
-    requests = build_workload(to_workload_config(rcfg.workload), data_dir=rcfg.data_dir).requests()
-    with SimDeployment(scfg, folder) as sim:
+    profile covers the design's workload (its requests, of which every point serves the first ones), before any
+    server starts."""
+    requests = build_workload(plan.workload, data_dir=rcfg.data_dir).requests()
+    with SimEngine(scfg, folder) as sim:
         sim.check_coverage(requests)
 
 
@@ -100,7 +101,7 @@ def rows_for_point(design: str, disaggregated: bool, point: ServedPoint, real: d
         rel = (predicted - measured) / measured if measured and math.isfinite(measured) else math.nan
         gated = metric in cfg.sim_vs_real.goal_metrics
         rows.append({
-            "design": design, "rate_rps": point.rate_rps, "capacity_fraction": point.row.get("capacity_fraction"),
+            "design": design, "rate_rps": point.rate_rps, "saturation_fraction": point.row.get("saturation_fraction"),
             "metric": metric, "measured": measured, "predicted": predicted, "rel_error": rel,
             "valid": bool(point.validity.get("valid")), "validity_reasons": "; ".join(point.validity.get("reasons", [])),
             "job_cpu_cores": job_cores,
@@ -116,9 +117,9 @@ def run_sim_vs_real(cfg: Config, folder: RunFolder,
     designs = dict(cfg.study.variants)
     if not designs:
         raise ConfigError("study.variants: job=sim_vs_real needs at least one design (label: [overrides])")
-    if not cfg.sweep.capacity_fractions:
-        raise ConfigError("sweep.capacity_fractions: job=sim_vs_real offers fractions of each design's capacity "
-                          "measured on this host; set e.g. sweep.capacity_fractions=[0.5,0.8]")
+    if not cfg.sweep.saturation_fractions:
+        raise ConfigError("sweep.saturation_fractions: job=sim_vs_real offers fractions of each design's saturation rate "
+                          "measured on this host; set e.g. sweep.saturation_fractions=[0.5,0.8]")
     unknown = sorted(set(cfg.sim_vs_real.design_sim_overrides) - set(designs))
     if unknown:
         raise ConfigError(f"sim_vs_real.design_sim_overrides: {', '.join(unknown)} not among study.variants "
@@ -126,12 +127,14 @@ def run_sim_vs_real(cfg: Config, folder: RunFolder,
     base = [o for o in job_overrides() if not o.startswith("job=")]
     sim_base = [o for o in base if not o.startswith(("engine.", "engine="))]  # the real engine's settings stay real
     real_cfgs = {d: compose_variant([*base, *ov, "job=serve"]) for d, ov in designs.items()}
+    plans = {d: plan_serve(rcfg) for d, rcfg in real_cfgs.items()}  # every workload built before any server starts
     profile = cfg.sim_vs_real.profile
     sim_extra = lambda d, path: [*cfg.sim_vs_real.sim_overrides, f"engine.profile={path}",  # noqa: E731
                                  *cfg.sim_vs_real.design_sim_overrides.get(d, [])]
     if profile:  # a bad profile, a simulator override or a workload the profile does not cover fails here
         for d, ov in designs.items():
-            check_simulable(compose_variant([*sim_base, *ov, *sim_extra(d, profile), "job=serve"]), real_cfgs[d], folder)
+            check_simulable(compose_variant([*sim_base, *ov, *sim_extra(d, profile), "job=serve"]), real_cfgs[d],
+                            plans[d], folder)
     else:
         profile = calibrate_here(cfg, folder)
     rows: list[dict[str, Any]] = []
@@ -145,12 +148,12 @@ def run_sim_vs_real(cfg: Config, folder: RunFolder,
         real_folder.path.mkdir(parents=True, exist_ok=True)
         served: list[ServedPoint] = []
         log.info("design %s: real deployment (system=%s)", design, rcfg.system.name)
-        result = run_serve(rcfg, real_folder, deployment_factory, served=served)
+        result = run_serve(rcfg, real_folder, deployment_factory, plans[design], served=served)
         validities[design] = result.validity
         scfg = compose_variant([*sim_base, *overrides, *sim_extra(design, profile), "job=serve"])
         sim_folder = RunFolder(folder.path / SIM_DIR / design)
         sim_folder.path.mkdir(parents=True, exist_ok=True)
-        with SimDeployment(scfg, sim_folder) as sim:
+        with SimEngine(scfg, sim_folder) as sim:
             for index, point in enumerate(served):
                 sim_result = sim.run_point(point.requests, sim_folder)
                 real_m = compared_metrics(point.result.records, rcfg, point.result.n_gpus)
@@ -158,7 +161,7 @@ def run_sim_vs_real(cfg: Config, folder: RunFolder,
                 rows += rows_for_point(design, disaggregated, point, real_m, sim_m, cfg)
                 for source, m in (("real", real_m), ("sim", sim_m)):
                     study.append({"design": design, "source": source, "point": index, "rate_rps": point.rate_rps,
-                                  "capacity_rps": point.row.get("capacity_rps"), **m,
+                                  "saturation_rps": point.row.get("saturation_rps"), **m,
                                   "valid": point.validity.get("valid") if source == "real" else None})
                 for source, records in (("real", point.result.records), ("sim", sim_result.records)):
                     frame = records_frame(records)

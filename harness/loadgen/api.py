@@ -11,7 +11,7 @@ from harness.loadgen.loops import loop_factory
 from harness.loadgen.multiproc import run_multiprocess
 from harness.loadgen.progress import Progress
 from harness.loadgen.runner import LoadRunner
-from harness.records import RequestSpec
+from vocab.records import RequestSpec
 from workloads.arrivals import ArrivalSchedule
 
 

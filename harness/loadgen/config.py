@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from harness.records import RequestRecord
+from vocab.records import RequestRecord
 
 
 @dataclass(frozen=True)

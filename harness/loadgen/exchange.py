@@ -15,7 +15,7 @@ from typing import Optional
 from harness.loadgen.completion_stream import CompletionStream
 from harness.loadgen.connection import HTTPConnection
 from harness.loadgen.sse import SSEError, SSEParser
-from harness.records import RequestRecord, RequestSpec, RequestStatus
+from vocab.records import RequestRecord, RequestSpec, RequestStatus
 
 NAN = math.nan
 MAX_ERROR_BODY = 400

@@ -23,7 +23,7 @@ from harness.loadgen.config import LoadGenOptions, LoadResult, TargetConfig
 from harness.loadgen.loops import loop_factory
 from harness.loadgen.progress import Progress
 from harness.loadgen.runner import START_DELAY_S, LoadRunner, issue_lag_stats_ms
-from harness.records import RequestSpec
+from vocab.records import RequestSpec
 from workloads.arrivals import ArrivalSchedule
 
 log = logging.getLogger(__name__)

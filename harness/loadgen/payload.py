@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.loadgen.config import LoadGenOptions, TargetConfig
-from harness.records import RequestSpec
+from vocab.records import RequestSpec
 
 USER_AGENT = "disagg-bench-loadgen/1"
 

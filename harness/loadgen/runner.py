@@ -32,7 +32,7 @@ from harness.loadgen.connection import ConnectionPool
 from harness.loadgen.endpoint import resolve_endpoint
 from harness.loadgen.exchange import Exchange, unsent_record
 from harness.loadgen.payload import RequestEncoder
-from harness.records import RequestRecord, RequestSpec, RequestStatus
+from vocab.records import RequestRecord, RequestSpec, RequestStatus
 from workloads.arrivals import ArrivalSchedule
 
 log = logging.getLogger(__name__)

@@ -18,9 +18,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from harness.config import Config
-from harness.errors import ConfigError
 from harness.jobs import JobResult
-from harness.result_files import CACHE_HIT_FILE, GLOBAL_LOCAL_FILE, REQUESTS_FILE
 from harness.results import RunFolder
 from systems.kvcache import (
     EvictionPolicy,
@@ -30,6 +28,8 @@ from systems.kvcache import (
     replay_global_vs_local,
     replay_prefix_hits,
 )
+from vocab.errors import ConfigError
+from vocab.result_files import CACHE_HIT_FILE, GLOBAL_LOCAL_FILE, REQUESTS_FILE
 from workloads.config import MooncakeTraceConfig
 from workloads.registry import build_workload
 
@@ -65,8 +65,8 @@ def run_cache_study(cfg: Config, folder: RunFolder) -> JobResult:
     per_request: list[pd.DataFrame] = []
     workload_stats: dict[str, Any] = {}
     replay_s = 0.0
-    n_points = len(study.traces) * (len(policies) * len(study.capacities)
-                                   + len(routings) * len(study.global_local.capacities_per_instance))
+    n_points = len(study.traces) * (len(policies) * len(study.cache_sizes)
+                                   + len(routings) * len(study.global_local.cache_sizes_per_instance))
     loaded = {}
     for label, file in study.traces.items():  # load and validate every trace before computing anything
         wcfg = MooncakeTraceConfig(name=label, kind="mooncake_trace", file=file,
@@ -82,7 +82,7 @@ def run_cache_study(cfg: Config, folder: RunFolder) -> JobResult:
         request_ids = np.fromiter((s.request_id for s in specs), dtype=np.int64, count=len(specs))
 
         for policy in policies:
-            for capacity in study.capacities:
+            for capacity in study.cache_sizes:
                 start = time.perf_counter()
                 hits = replay_prefix_hits(dense_ids, offsets, capacity, policy)
                 replay_s += time.perf_counter() - start
@@ -100,7 +100,7 @@ def run_cache_study(cfg: Config, folder: RunFolder) -> JobResult:
                 }))
                 progress.update()
 
-        for capacity in study.global_local.capacities_per_instance:
+        for capacity in study.global_local.cache_sizes_per_instance:
             for routing in routings:
                 start = time.perf_counter()
                 result = replay_global_vs_local(dense_ids, offsets, study.global_local.n_instances, capacity,

@@ -4,7 +4,7 @@ run on the suite's simulator.
 1. Enumerate one instance's parallel layouts, ``(tp, pp)`` with ``tp`` within a node and ``tp * pp``
    within the GPU budget, keeping those the caller and the performance model support.
 2. For every layout and phase, simulate that phase alone on one instance (a one-phase
-   :class:`~systems.sim.cluster.Cluster`: prefill-only requests end at their first token, decode-only
+   :class:`~systems.sim.simulation.Simulation`: prefill-only requests end at their first token, decode-only
    requests arrive with their KV) at Poisson rates, and find by geometric bracketing plus bisection
    (:func:`harness.capacity.search_max_rate`) the highest rate whose attainment of the phase's SLO (TTFT
    for prefill, TPOT for decode) reaches the target. Goodput per GPU = that rate / the instance's GPUs. The rate is capped at an analytic
@@ -19,7 +19,7 @@ run on the suite's simulator.
 4. Optionally check the chosen deployment end to end: full P/D simulations judged on both bounds.
 
 Nothing here knows about Hydra: :class:`PlacementSimulator` takes a request list, a performance-model
-factory and a :class:`~systems.sim.cluster_setup.ClusterSetup` factory; ``harness.studies.placement_search``
+factory and a :class:`~systems.sim.deployment_setup.DeploymentSetup` factory; ``harness.studies.placement_search``
 builds them from a run configuration.
 
 The searches of step 2 are independent: :func:`search_placement` sends them, one task per phase and
@@ -46,12 +46,12 @@ import numpy as np
 
 from harness.capacity import RateSearch, search_max_rate
 from harness.probe_pool import InProcessPool, Pool
-from harness.records import RequestSpec, RequestStatus
 from systems.config import HardwareConfig
-from systems.sim.cluster import Cluster
-from systems.sim.cluster_setup import ClusterSetup, PoolSetup
+from systems.sim.deployment_setup import DeploymentSetup, PoolSetup
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.request import SimRequest
+from systems.sim.simulation import Simulation
+from vocab.records import RequestSpec, RequestStatus
 
 log = logging.getLogger(__name__)
 
@@ -274,13 +274,13 @@ class PlacementSimulator:
 
     ``unit_specs`` are the requests with Poisson arrivals at 1 request/s; ``perf_for`` builds the
     performance model of an instance shape (``ValueError`` when unsupported; models are cached per
-    shape and shared by both phases); ``make_setup(pools)`` returns a fresh ``ClusterSetup`` with those
+    shape and shared by both phases); ``make_setup(pools)`` returns a fresh ``DeploymentSetup`` with those
     pools (engine settings, link and a new scheduler). ``ttft_s``/``tpot_s`` are the phase bounds.
     """
 
     def __init__(self, unit_specs: Sequence[RequestSpec], hardware: HardwareConfig,
                  perf_for: Callable[[InstanceShape], PerfModel],
-                 make_setup: Callable[[tuple[PoolSetup, ...]], ClusterSetup],
+                 make_setup: Callable[[tuple[PoolSetup, ...]], DeploymentSetup],
                  ttft_s: float, tpot_s: float) -> None:
         if not unit_specs:
             raise ValueError("the placement search needs at least one request")
@@ -317,7 +317,7 @@ class PlacementSimulator:
     def run(self, pools: tuple[PoolSetup, ...], rate_rps: float) -> list[SimRequest]:
         """One simulation of ``pools`` at ``rate_rps``; the simulator's requests."""
         self.n_sims += 1
-        return Cluster(self.make_setup(pools)).run(self.specs_at(rate_rps)).requests
+        return Simulation(self.make_setup(pools)).run(self.specs_at(rate_rps)).requests
 
     def pool(self, role: str, par: Parallelism, count: int = 1) -> PoolSetup:
         return PoolSetup(role, count, self.shape(par), self.perf(par), self.hardware)

@@ -44,11 +44,11 @@ from typing import Optional
 import numpy as np
 
 from harness.probe_pool import InProcessPool, Pool
-from harness.records import RequestStatus
 from harness.studies.placement_algorithm import Parallelism, PlacementSimulator, layout_check
-from systems.sim.cluster_setup import PoolSetup
+from systems.sim.deployment_setup import PoolSetup
 from systems.sim.perf.base import ArrayLike, PerfModel
 from systems.sim.request import SimRequest
+from vocab.records import RequestStatus
 
 log = logging.getLogger(__name__)
 

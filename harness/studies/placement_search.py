@@ -64,10 +64,8 @@ import numpy as np
 import pandas as pd
 
 from harness.config import Config
-from harness.errors import ConfigError
 from harness.jobs import JobResult
 from harness.probe_pool import Pool, check_parallel, probe_pool
-from harness.result_files import PLACEMENT_FILE, STUDY_FILE
 from harness.results import RunFolder
 from harness.studies.placement_algorithm import (
     OBJECTIVES,
@@ -88,11 +86,13 @@ from harness.studies.placement_pairs import (
 )
 from harness.studies.placement_pairs_report import pair_report, pair_table
 from harness.studies.simulate import load_requests, point_workload
-from systems.sim.cluster_setup import ClusterSetup, PoolSetup
+from systems.sim.deployment_setup import DeploymentSetup, PoolSetup
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.registry import build_perf_model
-from systems.sim.simulation import build_setup, peer_timing_params, perf_model_params
+from systems.sim.simulated_deployment import build_setup, peer_timing_params, perf_model_params
 from systems.topology import topology_of
+from vocab.errors import ConfigError
+from vocab.result_files import PLACEMENT_FILE, STUDY_FILE
 
 log = logging.getLogger(__name__)
 
@@ -211,11 +211,11 @@ class PerfFor:
 
 @dataclass(frozen=True)
 class MakeSetup:
-    """A fresh ``ClusterSetup`` of ``cfg`` with the given pools (picklable: probe-pool workers get it)."""
+    """A fresh ``DeploymentSetup`` of ``cfg`` with the given pools (picklable: probe-pool workers get it)."""
 
     cfg: Config
 
-    def __call__(self, pools: tuple[PoolSetup, ...]) -> ClusterSetup:
+    def __call__(self, pools: tuple[PoolSetup, ...]) -> DeploymentSetup:
         return dataclasses.replace(build_setup(self.cfg, [], {}, seed=self.cfg.seed), pools=pools)
 
 

@@ -26,16 +26,16 @@ import pandas as pd
 
 from harness.config import Config
 from harness.engines import open_deployment
-from harness.errors import ConfigError
 from harness.jobs import JobResult
-from harness.records import RunSummary
-from harness.result_files import REQUESTS_FILE, STUDY_FILE, VARIANTS_DIR
 from harness.results import RunFolder
-from harness.serve_job import build_point_requests, run_serve
+from harness.serve_job import plan_serve, run_serve
 from harness.studies.variants import compose_variant, describe_variant, job_overrides
 from harness.validity import block_reasons, combine_validity
 from systems.contract import Deployment
 from systems.topology import topology_of
+from vocab.errors import ConfigError
+from vocab.records import RunSummary
+from vocab.result_files import REQUESTS_FILE, STUDY_FILE, VARIANTS_DIR
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def run_compare(cfg: Config, folder: RunFolder,
     base = [o for o in job_overrides() if not o.startswith("job=")]
     composed = {label: compose_variant([*base, *overrides, "job=serve"]) for label, overrides in variants.items()}
     # every workload is built (and checked) before the first deployment comes up
-    built = {label: build_point_requests(vcfg) for label, vcfg in composed.items()}
+    plans = {label: plan_serve(vcfg) for label, vcfg in composed.items()}
     rows, frames, failed = [], [], []
     validities: dict[str, dict[str, Any]] = {}
     for label, vcfg in composed.items():
@@ -119,7 +119,7 @@ def run_compare(cfg: Config, folder: RunFolder,
         sub.path.mkdir(parents=True, exist_ok=True)
         log.info("variant %s: system=%s engine=%s", label, vcfg.system.name, vcfg.engine.name)
         try:
-            result = run_serve(vcfg, sub, deployment_factory, built.pop(label))
+            result = run_serve(vcfg, sub, deployment_factory, plans.pop(label))
         except Exception as exc:  # keep going: the other systems still get measured
             log.exception("variant %s failed", label)
             reason = f"{type(exc).__name__}: {exc}"

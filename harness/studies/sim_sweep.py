@@ -31,10 +31,17 @@ from tqdm.auto import tqdm
 
 from harness.capacity import capacity_at
 from harness.config import Config, StudyConfig
-from harness.errors import ConfigError
 from harness.jobs import JobResult
 from harness.metrics import summarize
-from harness.result_files import (
+from harness.results import RunFolder, records_frame
+from harness.studies.simulate import load_requests, point_workload, simulate
+from harness.studies.slo_scale import crossing_table, scale_rows
+from harness.studies.variants import compose_variant, describe_variant, job_overrides
+from harness.validity import assess_validity, combine_validity
+from systems.engine_config import SimEngineConfig
+from systems.sim.simulated_deployment import SimulatedDeployment
+from vocab.errors import ConfigError
+from vocab.result_files import (
     CAPACITY_FILE,
     LOAD_FILE,
     REQUESTS_FILE,
@@ -42,13 +49,6 @@ from harness.result_files import (
     SLO_SCALE_FILE,
     STUDY_FILE,
 )
-from harness.results import RunFolder, records_frame
-from harness.studies.simulate import load_requests, point_workload, simulate
-from harness.studies.slo_scale import crossing_table, scale_rows
-from harness.studies.variants import compose_variant, describe_variant, job_overrides
-from harness.validity import assess_validity, combine_validity
-from systems.engine_config import SimEngineConfig
-from systems.sim.simulation import SimulatedCluster
 
 log = logging.getLogger(__name__)
 
@@ -101,28 +101,28 @@ def run_sim_sweep(cfg: Config, folder: RunFolder) -> JobResult:
     study = cfg.study
     variants = dict(study.variants) or {"default": []}
     base = job_overrides()
-    clusters = {}
+    deployments = {}
     for label, overrides in variants.items():  # compose and check every variant before simulating any
         vcfg = compose_variant([*base, *overrides])
         if not isinstance(vcfg.engine, SimEngineConfig):
             raise ConfigError(f"study.variants.{label}: job=sim_study runs engine=sim, got engine={vcfg.engine.name}")
-        clusters[label] = SimulatedCluster(vcfg)
-    jobs = [(label, i, p) for label, c in clusters.items() for i, p in enumerate(load_points(study, c.n_gpus))]
+        deployments[label] = SimulatedDeployment(vcfg)
+    jobs = [(label, i, p) for label, c in deployments.items() for i, p in enumerate(load_points(study, c.n_gpus))]
     rows: list[dict[str, Any]] = []
     frames: list[pd.DataFrame] = []
     loads: list[pd.DataFrame] = []
     scaled: list[dict[str, Any]] = []
     validities: dict[str, dict[str, Any]] = {}
     for label, index, point in tqdm(jobs, desc="simulations", unit="sim", disable=not cfg.engine.progress):
-        cluster = clusters[label]
-        vcfg = cluster.cfg
+        deployment = deployments[label]
+        vcfg = deployment.cfg
         wcfg = point_workload(vcfg, point["rate_rps"], point["speedup"], study.max_requests)
         requests = load_requests(vcfg, wcfg)
-        result = simulate(cluster, requests, keep_load=True)
+        result = simulate(deployment, requests, keep_load=True)
         validity = assess_validity(result.records, result.metrics, vcfg.validity,
                                    offered_rate_rps=requests.schedule.offered_rate_rps)
         validities[f"{label} point {index}"] = validity
-        row = {"variant": label, "point": index, **point, "n_gpus": cluster.n_gpus,
+        row = {"variant": label, "point": index, **point, "n_gpus": deployment.n_gpus,
                "valid": validity["valid"], "validity_reasons": "; ".join(validity["reasons"]),
                "offered_rate_rps": requests.schedule.offered_rate_rps, **describe_variant(vcfg),
                **{k: v for k, v in result.metrics.items() if not isinstance(v, dict | list)},

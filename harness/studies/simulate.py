@@ -1,6 +1,6 @@
 """One simulated load point, shared by every simulator study: the workload at a rate or speed
-(:func:`workloads.load_point.workload_at`, rates taken as Poisson rates), the cluster
-(:class:`systems.sim.simulation.SimulatedCluster`, the same path ``engine=sim`` serving jobs take), and the
+(:func:`workloads.load_point.workload_at`, rates taken as Poisson rates), the deployment
+(:class:`systems.sim.simulated_deployment.SimulatedDeployment`, the same path ``engine=sim`` serving jobs take), and the
 records summarised with the suite's metrics."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any, Optional
 from harness.config import Config
 from harness.metrics import summarize
 from harness.prompts import fit_to_context
-from harness.records import RequestRecord
 from harness.slo import SLOConfig
-from systems.sim.simulation import SimulatedCluster
+from systems.sim.simulated_deployment import SimulatedDeployment
+from vocab.records import RequestRecord
 from workloads.base import WorkloadRequests
 from workloads.config import WorkloadConfig
 from workloads.load_point import workload_at
@@ -47,11 +47,11 @@ def load_requests(cfg: Config, wcfg: WorkloadConfig) -> WorkloadRequests:
     return requests
 
 
-def simulate(cluster: SimulatedCluster, requests: WorkloadRequests, slo: Optional[SLOConfig] = None,
+def simulate(deployment: SimulatedDeployment, requests: WorkloadRequests, slo: Optional[SLOConfig] = None,
              keep_load: bool = False, **setup_changes: Any) -> SimPoint:
-    """Simulate ``requests`` on a fresh copy of ``cluster`` and summarise them against ``slo``."""
+    """Simulate ``requests`` on a fresh copy of ``deployment`` and summarise them against ``slo``."""
     start = time.perf_counter()
-    setup, run = cluster.run(requests.specs, **setup_changes)
+    setup, run = deployment.run(requests.specs, **setup_changes)
     records = run.records()
-    metrics = summarize(records, slo or cluster.cfg.slo, n_gpus=setup.n_gpus)
+    metrics = summarize(records, slo or deployment.cfg.slo, n_gpus=setup.n_gpus)
     return SimPoint(records, metrics, run.info, run.load_samples if keep_load else [], time.perf_counter() - start)

@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from harness.metrics import request_frame, slo_mask
-from harness.records import RequestRecord
 from harness.slo import SLOConfig
+from vocab.records import RequestRecord
 
 BOUNDS = ("exact", "at_most", "above_range")
 

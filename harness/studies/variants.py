@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.config import Config, compose_config, validate
-from harness.errors import ConfigError
 from systems.engine_config import SimEngineConfig, VllmEngineConfig
+from vocab.errors import ConfigError
 
 
 def job_overrides() -> list[str]:

@@ -24,7 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.result_files import SUMMARY_FILE
+from vocab.result_files import SUMMARY_FILE
 
 
 class JobState(StrEnum):

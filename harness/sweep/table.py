@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from harness.redaction import redact
-from harness.result_files import REFUSED_FILE, SWEEP_TABLE_FILE
 from harness.sweep.plan import PlannedJob
 from harness.sweep.resume import read_summary
+from vocab.result_files import REFUSED_FILE, SWEEP_TABLE_FILE
 
 if TYPE_CHECKING:
     import pandas as pd

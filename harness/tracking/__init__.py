@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.config import LoggerConfig
-from harness.records import RunSummary
 from harness.results import RunFolder
+from vocab.records import RunSummary
 
 if TYPE_CHECKING:
     import pandas as pd

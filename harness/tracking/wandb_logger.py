@@ -20,9 +20,9 @@ from typing import Any
 import pandas as pd
 
 from harness.config import LoggerConfig
-from harness.records import RunSummary
 from harness.redaction import redact
 from harness.results import RunFolder
+from vocab.records import RunSummary
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
-from harness.result_files import SERVERS_DIR
 from systems.contract import DeploymentConfig, DeploymentError, EngineResult, JobFolder, LoadDriver
 from systems.deployments.http_point import run_http_point
 from systems.engine_config import SglangEngineConfig
@@ -55,6 +54,7 @@ from systems.launch.sglang_commands import (
     server_tmp_dir,
 )
 from systems.topology import SGLANG_APPROXIMATIONS, canonical_router, engine_router, topology_of
+from vocab.result_files import SERVERS_DIR
 from workloads.base import WorkloadRequests
 
 log = logging.getLogger(__name__)

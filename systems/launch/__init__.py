@@ -10,6 +10,6 @@ Mooncake Store master, pool nodes and client config), ``pool_node`` (the pool-no
 ``supervisor`` (the parent of every server: takes its group down when the harness dies), ``pidfile`` /
 ``leftovers`` (records of running servers; a dead harness's leftovers are stopped, ``python -m
 systems.launch.leftovers``), ``groups`` / ``procfs`` (stopping a group, reading ``/proc``), ``child_env``
-(the allow-listed environment servers get), ``placement`` (where the servers run: this host or a Ray
+(the allow-listed environment servers get), ``hosting`` (where the servers run: this host or a Ray
 cluster's nodes).
 """

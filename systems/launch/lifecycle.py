@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from typing import TypeVar
 
 from systems.contract import DeploymentError
-from systems.launch.placement.base import ServerProcess
+from systems.launch.hosting.base import ServerProcess
 from systems.launch.processes import sigterm_as_exception
 
 Self = TypeVar("Self", bound="ProcessDeployment")

@@ -8,7 +8,7 @@ shared-memory files the group was seen using once it was ready (path and inode).
 
 The runtime directory is ``$DISAGG_RUNTIME_DIR`` when set, else ``$XDG_RUNTIME_DIR/disagg-bench/processes``,
 else ``<temp dir>/disagg-bench-<uid>/processes``; it is created private (0700) and refused when it is a
-symbolic link or belongs to another user. Standard library (and ``harness.errors``) only: the launch
+symbolic link or belongs to another user. Standard library (and ``vocab.errors``) only: the launch
 supervisor imports it.
 """
 
@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.errors import UserError
 from systems.launch import procfs
+from vocab.errors import UserError
 
 RUNTIME_DIR_ENV = "DISAGG_RUNTIME_DIR"
 SUFFIX = ".json"

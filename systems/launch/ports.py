@@ -11,7 +11,7 @@ import re
 import socket
 from pathlib import Path
 
-from harness.errors import UserError
+from vocab.errors import UserError
 
 logger = logging.getLogger(__name__)
 

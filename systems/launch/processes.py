@@ -25,10 +25,10 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Optional
 
-from harness.errors import UserError
 from systems.launch import affinity, autogroup, groups, leftovers, pidfile, ports, procfs, shm
 from systems.launch.child_env import child_environment, split_inherited
 from systems.launch.supervisor import supervisor_command
+from vocab.errors import UserError
 
 if TYPE_CHECKING:  # asyncio and urllib are imported where used: a simulator run imports this module, not them
     import asyncio
@@ -182,9 +182,8 @@ class ManagedProcess:
         candidates = shm_files | self._shm_seen
         if self.clean_shm:  # semaphores of a resource tracker killed with the tree (never seen mapped)
             candidates |= shm.new_python_semaphores(self._shm_before, self.shm_dir)
-        if candidates:
-            in_use = shm.files_used_by(shm.live_pids(), self.shm_dir)  # never remove what a live process uses
-            shm.remove_leftovers(candidates - in_use, self._shm_before)
+        if candidates:  # never remove what a live process uses
+            shm.remove_leftovers(shm.unused(candidates, self.shm_dir), self._shm_before)
         if self.pid_file is not None and not _group_members(pgid):
             pidfile.remove_record(self.pid_file)
         return code

@@ -7,6 +7,11 @@ it was stopped); and it is removed only when no live process has it open or mapp
 that any other process may have created are never touched, with one exception: a Python
 ``multiprocessing`` semaphore (``sem.mp-*``) that appeared while the tree ran and that no live process
 uses is garbage whoever made it (:func:`new_python_semaphores`), and is removed when the tree stops.
+"Uses" is judged by inode, not by name (:func:`inodes_in_use`): glibc's ``sem_open`` maps a semaphore under a
+temporary name, links it to its final name and unlinks the temporary one, so its creator's mapping never
+shows the final name. Judged by name, a semaphore that a process starting at the same time (another
+deployment's vLLM spawning its worker) had just created looked unused, and was removed before the worker
+could open it.
 
 A tree killed from outside (its harness SIGKILLed, say) is cleaned up later from its pid file
 (:mod:`systems.launch.pidfile`): the files attributed to it by that rule when it became ready are
@@ -20,7 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -36,30 +41,49 @@ def snapshot(shm_dir: Path = SHM_DIR) -> frozenset[str]:
         return frozenset()
 
 
-def files_used_by(pids: Iterable[int], shm_dir: Path = SHM_DIR) -> set[Path]:
-    """Files under ``shm_dir`` that the processes ``pids`` have open or memory-mapped (Linux /proc)."""
-    prefix = str(shm_dir).rstrip("/") + "/"
-    found: set[Path] = set()
+def _mapped_or_open(pids: Iterable[int], prefix: str) -> Iterator[tuple[str, int]]:
+    """(name, inode) of each file under ``prefix`` that one of ``pids`` maps or has open, as /proc shows it
+    (a name since unlinked ends in `` (deleted)``); a process that is gone or not readable is passed over."""
     for pid in pids:
         proc = Path(f"/proc/{pid}")
         try:
             for line in (proc / "maps").read_text().splitlines():
                 parts = line.split(maxsplit=5)
-                if len(parts) == 6 and parts[5].startswith(prefix) and not parts[5].endswith(" (deleted)"):
-                    found.add(Path(parts[5]))
+                if len(parts) == 6 and parts[5].startswith(prefix) and parts[4].isdigit():
+                    yield parts[5], int(parts[4])
         except OSError:
             pass
         try:
             for fd in (proc / "fd").iterdir():
                 try:
                     target = os.readlink(fd)
+                    if target.startswith(prefix):
+                        yield target, os.stat(fd).st_ino
                 except OSError:
                     continue
-                if target.startswith(prefix) and not target.endswith(" (deleted)"):
-                    found.add(Path(target))
         except OSError:
             pass
-    return found
+
+
+def files_used_by(pids: Iterable[int], shm_dir: Path = SHM_DIR) -> set[Path]:
+    """Files under ``shm_dir`` that the processes ``pids`` have open or memory-mapped (Linux /proc)."""
+    prefix = str(shm_dir).rstrip("/") + "/"
+    return {Path(name) for name, _ in _mapped_or_open(pids, prefix) if not name.endswith(" (deleted)")}
+
+
+def inodes_in_use(pids: Iterable[int], shm_dir: Path = SHM_DIR) -> set[int]:
+    """Inodes of the files under ``shm_dir`` that the processes ``pids`` have memory-mapped or open, under
+    whatever name they were mapped or opened, including names since unlinked (Linux /proc)."""
+    prefix = str(shm_dir).rstrip("/") + "/"
+    return {inode for _, inode in _mapped_or_open(pids, prefix)}
+
+
+def unused(candidates: Iterable[Path], shm_dir: Path = SHM_DIR) -> set[Path]:
+    """The candidates that no live process has mapped or open, by name or by inode."""
+    pids = live_pids()
+    taken = inodes_in_use(pids, shm_dir)
+    return {path for path, inode in inodes(set(candidates) - files_used_by(pids, shm_dir)).items()
+            if inode not in taken}
 
 
 def live_pids() -> list[int]:

@@ -1,4 +1,10 @@
-"""Routing policies: plain, synchronous objects over a cluster-state view, driven by the simulator and the router."""
+"""Routing policies: plain, synchronous objects over a cluster-state view, driven by the simulator and the router.
+Their block LRU and outstanding-count index are imported from the compiled core when it is built
+(:mod:`systems.compiled_core`)."""
+
+from systems.compiled_core import package_path
+
+__path__ = package_path(__name__, __path__)
 
 from systems.policies.base import (
     IndexedLoads,

@@ -1,6 +1,6 @@
 """A set of block hashes with least-recently-recorded eviction: the routed history of cache-aware routing
 (:mod:`systems.policies.cache_aware`) and the simulator's HBM and DRAM prefix caches. A module of its own:
-it compiles with the simulator's core (:mod:`systems.sim.native`)."""
+it compiles with the simulator's core (:mod:`systems.compiled_core`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The least-outstanding choice's state: the outstanding-count index a driver keeps (:class:`OutstandingIndex`)
 and the round-robin tie breaker (:class:`TieBreaker`). Part of the routing contract of
 :mod:`systems.policies.base`, which re-exports them; a module of its own, with no imports from the
-policies, so that it compiles with the simulator's core (:mod:`systems.sim.native`), where it runs once per
+policies, so that it compiles with the simulator's core (:mod:`systems.compiled_core`), where it runs once per
 request.
 """
 

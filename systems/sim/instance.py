@@ -49,13 +49,12 @@ from typing import Optional
 
 import numpy as np
 
-from harness.records import RequestStatus
 from systems.policies.cache_aware import BlockLRU
 from systems.sim.events import PRIO_ITERATION, EventQueue
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.roofline_steps import RooflineKernel
 from systems.sim.request import SimRequest
-from systems.sim.timeline_writes import put_doubles
+from vocab.records import RequestStatus
 
 SEGMENT_CAP = 1024  # decode iterations planned at once
 
@@ -150,8 +149,8 @@ class SimInstance:
 
     __slots__ = (
         "_chunks", "_decoding", "_finish_heap", "_kernel", "_on_end_mixed", "_on_end_segment", "_seg_n", "_seg_start",
-        "_timeline", "_timeline_list", "_version", "budget", "busy", "busy_s", "capacity", "chunked", "dirty_log",
-        "diter", "hbm", "hooks", "index", "loop", "max_seqs", "mix_whole", "name", "outstanding", "pending",
+        "_timeline", "_timeline_list", "_version", "budget", "busy", "busy_s", "chunked", "dirty_log",
+        "diter", "hbm", "hooks", "index", "kv_capacity", "loop", "max_seqs", "mix_whole", "name", "outstanding", "pending",
         "pending_ctx", "perf", "preemptions", "prefill_tokens_computed", "prefilling", "queued_tokens",
         "queued_work_s", "reserved", "role", "role_index", "running", "running_ctx", "shape", "touched", "waiting",
     )
@@ -173,7 +172,7 @@ class SimInstance:
         self.running_ctx = 0  # context tokens of the running sequences
         self.reserved = 0  # KV tokens reserved by prefills in progress and finished prefills not yet handed off
         self.pending_ctx = 0  # context tokens of the pending requests
-        self.capacity = int(perf.kv_capacity_tokens)
+        self.kv_capacity = int(perf.kv_capacity_tokens)
         self.budget = max_num_batched_tokens
         self.max_seqs = max_num_seqs
         self.queued_tokens = 0
@@ -282,14 +281,14 @@ class SimInstance:
         while pending and len(self.running) < self.max_seqs:
             req = pending[0]
             need = req.prompt + req.generated
-            if need > self.capacity:
+            if need > self.kv_capacity:
                 pending.popleft()
                 self.outstanding -= 1
                 self.pending_ctx -= need
                 self.hooks.on_failed(self, req, now, f"context of {need} tokens exceeds the KV capacity of "
-                                     f"{self.name} ({self.capacity} tokens)")
+                                     f"{self.name} ({self.kv_capacity} tokens)")
                 continue
-            if self.running_ctx + self.reserved + need > self.capacity:
+            if self.running_ctx + self.reserved + need > self.kv_capacity:
                 break
             pending.popleft()
             self.outstanding -= 1
@@ -299,7 +298,7 @@ class SimInstance:
 
     def _preempt_for_growth(self, now: float) -> None:
         running = self.running
-        while running and self.running_ctx + self.reserved + len(running) > self.capacity:
+        while running and self.running_ctx + self.reserved + len(running) > self.kv_capacity:
             rid = next(reversed(running))
             req = running.pop(rid)
             self.outstanding -= 1
@@ -324,14 +323,14 @@ class SimInstance:
         False when the KV cache cannot take it now (it stays at the head, FCFS) or it can never fit
         (it fails and leaves the queue)."""
         need = req.ctx_target
-        if self.running_ctx + self.reserved + need > self.capacity:
-            if need > self.capacity:
+        if self.running_ctx + self.reserved + need > self.kv_capacity:
+            if need > self.kv_capacity:
                 self.waiting.popleft()
                 self.outstanding -= 1
                 self.queued_work_s -= req.est_work_s
                 self.queued_tokens -= req.ctx_target
                 self.hooks.on_failed(self, req, now, f"prompt of {need} tokens can never fit the KV capacity of "
-                                     f"{self.name} ({self.capacity} tokens)")
+                                     f"{self.name} ({self.kv_capacity} tokens)")
             return False
         self.waiting.popleft()
         self.prefilling.append(req)  # (outstanding unchanged)
@@ -391,7 +390,7 @@ class SimInstance:
             self._admit_pending(now)
         running = self.running
         # a prefill instance decodes too when lent to Splitwise's dynamic mixed pool
-        if running and self.running_ctx + self.reserved + len(running) > self.capacity:
+        if running and self.running_ctx + self.reserved + len(running) > self.kv_capacity:
             self._preempt_for_growth(now)
         chunks = self._form_prefill(now) if self.waiting or self.prefilling else []
         b = len(self.running)
@@ -446,7 +445,7 @@ class SimInstance:
         b = len(self.running)
         n = heap[0].finish_diter - self.diter if heap else SEGMENT_CAP
         if b:  # n = max(1, min(n, room // b, SEGMENT_CAP))
-            room = (self.capacity - self.running_ctx - self.reserved) // b
+            room = (self.kv_capacity - self.running_ctx - self.reserved) // b
             if room < n:
                 n = room
         if n > SEGMENT_CAP:
@@ -457,11 +456,11 @@ class SimInstance:
         base = self.diter
         timeline = self._timeline_for(base + n)
         if k is not None and n <= k.max_loop_steps:
-            put_doubles(timeline, base, k.segment_ends(float(b), float(self.running_ctx), n, now))
+            timeline[base:base + n] = array("d", k.segment_ends(float(b), float(self.running_ctx), n, now))
         else:
             ends = self.perf.decode_segment_ends(b, self.running_ctx, n, now)
             if isinstance(ends, list):
-                put_doubles(timeline, base, ends)
+                timeline[base:base + n] = array("d", ends)
             else:  # the same doubles, as bytes
                 timeline[base:base + n] = array("d", ends.astype(np.float64, copy=False).tobytes())
         self.busy = True

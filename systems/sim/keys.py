@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from functools import lru_cache
 
-from harness.records import RequestSpec
+from vocab.records import RequestSpec
 
 
 @lru_cache(maxsize=1024)

@@ -87,7 +87,7 @@ class BatchBuckets:
     """Members grouped by ``state(member) = (batch, context)``: per batch a list of ``(context, index)``
     sorted; the batches ordered by ``bound(batch, smallest context)``, recomputed when a batch's smallest
     context changes (lazily, on the next :meth:`ordered`). ``bound`` must not exceed what the choice
-    computes for any member of that batch (see :class:`~systems.sim.cluster.Cluster`'s decode choice)."""
+    computes for any member of that batch (see :class:`~systems.sim.simulation.Simulation`'s decode choice)."""
 
     __slots__ = ("_bound", "_bound_of", "_bounds", "_buckets", "_stale", "_state", "_where")
 

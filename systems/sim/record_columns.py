@@ -5,7 +5,7 @@ The harness reads a point's records as columns (``harness.metrics.RecordColumns`
 validity checks and ``requests.parquet`` all start from them). Making one ``RequestRecord`` per request
 and then reading every field back out of the records costs more than the columns themselves (on the
 Azure conversation hour: 19,366 records and 3 million token times). :func:`record_columns` gathers the
-records' fields as columns (:class:`~harness.records.RecordFieldColumns`), value for value what
+records' fields as columns (:class:`~vocab.records.RecordFieldColumns`), value for value what
 ``harness.metrics.extract_columns`` reads from :meth:`SimRequest.to_record`'s records, from the requests
 and the instances' iteration timelines.
 :class:`LazyRecords` stands for the records: it knows their number and makes them on first use.
@@ -20,9 +20,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from harness.records import RecordFieldColumns, RequestRecord, RequestStatus
-from systems.sim.arenas import simulation_memory
 from systems.sim.request import SimRequest
+from vocab.records import RecordFieldColumns, RequestRecord, RequestStatus
 
 NAN = math.nan
 _OK = RequestStatus.OK
@@ -131,13 +130,6 @@ def _extra(requests: Sequence[SimRequest], specs: Sequence[Any], status: list[An
     }
 
 
-def made_without_collector(make: Callable[[], tuple[RequestRecord, ...]]) -> tuple[RequestRecord, ...]:
-    """``make()`` with the cyclic garbage collector paused and the records' arenas on huge pages
-    (:func:`systems.sim.arenas.simulation_memory`)."""
-    with simulation_memory():
-        return make()
-
-
 class LazyRecords(Sequence[RequestRecord]):
     """A run's records, made by ``make`` the first time anything but their number is asked for."""
 
@@ -152,7 +144,7 @@ class LazyRecords(Sequence[RequestRecord]):
         """The records, as a tuple (made now unless they were already)."""
         if self._records is None:
             assert self._make is not None
-            records = made_without_collector(self._make)
+            records = self._make()
             if len(records) != self._n:
                 raise RuntimeError(f"expected {self._n} records, made {len(records)}")
             self._records, self._make = records, None

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from typing import Any, Optional
 
-from harness.records import RequestRecord, RequestSpec, RequestStatus
+from vocab.records import RequestRecord, RequestSpec, RequestStatus
 
 NAN = math.nan
 _OK = RequestStatus.OK

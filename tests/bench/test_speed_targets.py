@@ -13,10 +13,10 @@ import pytest
 
 from harness.loadgen import LoadGenOptions, TargetConfig, run_load
 from harness.loadgen.mock_process import mock_server_process
-from harness.records import RequestSpec
 from systems.hardware_catalog import CONF_DIR, load_hardware
 from systems.sim.perf.base import InstanceShape
 from systems.sim.perf.roofline import RooflineModel
+from vocab.records import RequestSpec
 from workloads.arrivals import ArrivalSchedule
 from workloads.datadir import resolve_trace_path
 from workloads.mooncake_trace import load_mooncake_trace
@@ -40,7 +40,7 @@ def report(name: str, value: float, target: float, unit: str) -> None:
 
 
 def test_roofline_decode_step_is_cheap():
-    from harness.bench.perf_model_accuracy import load_model
+    from benchmarks.perf_model_accuracy import load_model
 
     roof = RooflineModel(load_model("llama3_8b", CONF_DIR), load_hardware("a100_80gb"), InstanceShape("a100_80gb", 1))
     n = 20000

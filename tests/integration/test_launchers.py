@@ -2,8 +2,8 @@
 
 One small simulator sweep (two jobs) runs once with Hydra's basic launcher; then the same command with
 ``hydra/launcher=parallel`` (joblib), ``slurm_local`` (submitit on the single-node cluster of
-``harness.cluster.slurm_local``) and ``ray_cluster`` (the Hydra Ray launcher attached to the loopback head
-of ``harness.cluster.ray_local``). Each must leave the same job folders relative to the sweep folder, the
+``tests.clusters.slurm_local``) and ``ray_cluster`` (the Hydra Ray launcher attached to the loopback head
+of ``tests.clusters.ray_local``). Each must leave the same job folders relative to the sweep folder, the
 same files in each, every job ``ok``, the same ``config.yaml`` (up to the results folder) and byte-identical
 ``requests.parquet``. The folder naming is the project's (``hydra.sweep.subdir``), whatever it is: only the
 two runs are compared. The clusters come from session fixtures (``launcher_fixtures.py``) that bring them up
@@ -94,12 +94,12 @@ def test_slurm_launcher_matches_local(local_sweep: Path, tmp_path: Path, slurm_c
 @pytest.mark.slurm
 def test_slurm_up_is_idempotent(slurm_cluster: LocalCluster) -> None:  # noqa: F811
     before = {p.name: p.read_text() for p in (slurm_cluster.directory / "pids").glob("*.json")}
-    again = cluster_cli("harness.cluster.slurm_local", "up", "--dir", str(slurm_cluster.directory))
+    again = cluster_cli("tests.clusters.slurm_local", "up", "--dir", str(slurm_cluster.directory))
     assert again.returncode == 0, again.stderr
     assert "already up, nothing started" in again.stdout
     after = {p.name: p.read_text() for p in (slurm_cluster.directory / "pids").glob("*.json")}
     assert after == before and len(before) == 3  # munged, slurmctld, slurmd: the same processes
-    status = cluster_cli("harness.cluster.slurm_local", "status", "--dir", str(slurm_cluster.directory))
+    status = cluster_cli("tests.clusters.slurm_local", "status", "--dir", str(slurm_cluster.directory))
     assert status.returncode == 0 and "idle" in status.stdout, status.stdout + status.stderr
 
 
@@ -111,7 +111,7 @@ def test_ray_launcher_matches_local(local_sweep: Path, tmp_path: Path, ray_clust
 @pytest.mark.ray
 def test_ray_up_is_idempotent(ray_cluster: LocalCluster) -> None:  # noqa: F811
     before = (ray_cluster.directory / "pids" / "ray_head.json").read_text()
-    again = cluster_cli("harness.cluster.ray_local", "up", "--dir", str(ray_cluster.directory))
+    again = cluster_cli("tests.clusters.ray_local", "up", "--dir", str(ray_cluster.directory))
     assert again.returncode == 0, again.stderr
     assert "already up, nothing started" in again.stdout
     assert (ray_cluster.directory / "pids" / "ray_head.json").read_text() == before

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster import ray_local
 from systems.launch import procfs
+from tests.clusters import ray_local
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray]
 

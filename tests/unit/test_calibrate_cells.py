@@ -21,7 +21,7 @@ from harness.calibrate.cells import (
     prefill_samples,
     transfer_samples,
 )
-from harness.records import RequestRecord, RequestStatus
+from vocab.records import RequestRecord, RequestStatus
 
 
 def record(i: int, sent: float, first: float, chunks: tuple[float, ...] = (), status=RequestStatus.OK,

@@ -19,9 +19,9 @@ from harness.calibrate.job import (
     fitted_values,
     token_budget,
 )
-from harness.errors import ConfigError
 from systems.sim.perf.fitting import fit_prefill_with_overhead
 from systems.sim.perf.profile_file import host_cpu_model, profile_from_dict
+from vocab.errors import ConfigError
 
 # the "engine" these samples come from: overhead 6 ms per request, prefill 2 + 0.01/token (+1e-6/token^2) ms,
 # decode 2 + 1e-5/context token + 0.05/sequence ms, transfer 0.5 ms + 1 GB/s; plus a 4 ms P/D-path extra
@@ -73,6 +73,7 @@ def test_the_prefill_fit_separates_the_request_overhead_from_the_iterations() ->
     assert overhead == 0.0 and fit.coefficients["a"] == pytest.approx(OVERHEAD + 2.0, rel=1e-6)
 
 
+@pytest.mark.integration
 def test_profile_from_samples_is_read_back_by_the_simulator(cal_cfg, tmp_path) -> None:
     profile = build_profile(cal_cfg, samples(), cores="0")
     assert profile["request_overhead_ms"]["colocated"] == pytest.approx(OVERHEAD, rel=1e-6)
@@ -93,6 +94,7 @@ def test_profile_from_samples_is_read_back_by_the_simulator(cal_cfg, tmp_path) -
     assert {p.name for p in written} == {"calibration_fit.png", "calibration_fit.csv"}
 
 
+@pytest.mark.integration
 def test_pd_overhead_is_never_negative(cal_cfg) -> None:
     profile = build_profile(cal_cfg, samples(), cores="0")
     fast = [{**s, "ttft_ms": 0.1} for s in samples() if s["phase"] == "kv_transfer"]

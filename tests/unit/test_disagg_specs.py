@@ -9,8 +9,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.errors import ConfigError
-from harness.records import RequestRecord, RequestStatus
 from harness.results import RunFolder
 from systems.contract import DeploymentError
 from systems.deployments.disagg import DisaggVllmDeployment, default_cores
@@ -22,6 +20,8 @@ from systems.deployments.disagg.facts import (
     transfer_by_id,
 )
 from systems.launch.kv_transfer_config import SUITE_CONNECTORS
+from vocab.errors import ConfigError
+from vocab.records import RequestRecord, RequestStatus
 
 BASE = ["engine=vllm", "engine.device=cpu", "model=tiny_llama", "hardware=cpu_host"]
 
@@ -154,6 +154,7 @@ def mooncake(deployment, cfg_for, tmp_path, monkeypatch):
     return dep
 
 
+@pytest.mark.integration
 def test_mooncake_server_specs(mooncake, tmp_path):
     specs = mooncake.server_specs(Path("/models/x"))
     assert [s.name for s in specs] == ["p0", "p1", "d0"]
@@ -182,6 +183,7 @@ def test_mooncake_server_specs(mooncake, tmp_path):
     assert "MOONCAKE_CONFIG_PATH" not in decode.extra_env
 
 
+@pytest.mark.integration
 def test_mooncake_router_config(mooncake):
     specs = mooncake.server_specs(Path("/models/x"))
     mooncake.servers = [SimpleNamespace(spec=s, url=f"http://127.0.0.1:{s.port}") for s in specs]
@@ -197,6 +199,7 @@ def test_mooncake_router_config(mooncake):
     assert parsed.prefill[0].bootstrap == "http://127.0.0.1:1" and parsed.policy == "conductor"
 
 
+@pytest.mark.integration
 def test_gpu_roles_take_their_own_devices_and_tp(deployment, cfg_for, tmp_path):
     cfg = cfg_for(["system=distserve", "engine.device=gpu", "system.prefill_instances=2", "system.decode_instances=1",
                    "engine.prefill.devices=[4,5]", "engine.decode.tensor_parallel_size=2"])

@@ -13,11 +13,11 @@ from figures.claims import distserve
 from figures.claims.base import VERDICTS
 from figures.slo_scale import plot_slo_scale
 from figures.study_tables import JobFolder
-from harness.result_files import CAPACITY_FILE, SLO_CROSSING_FILE, SLO_SCALE_FILE
 from harness.results import RunFolder
 from harness.studies import sim_sweep
 from harness.studies.variants import compose_variant
-from systems.sim.simulation import SimulatedCluster
+from systems.sim.simulated_deployment import SimulatedDeployment
+from vocab.result_files import CAPACITY_FILE, SLO_CROSSING_FILE, SLO_SCALE_FILE
 
 TIGHTER = "experiment=distserve_tighter_slo"
 GOODPUT = "experiment=distserve_slo_attainment"
@@ -31,14 +31,14 @@ PLACEMENT = "experiment=distserve_placement"
 ])
 def test_vllm_is_timed_with_distserves_vllm_profile(compose, system, role, profile):
     cfg = compose([system, "model=opt_13b", "hardware=a100_80gb", "engine.perf_model=distserve"])
-    perf = SimulatedCluster(cfg).perf[role]
+    perf = SimulatedDeployment(cfg).perf[role]
     assert perf.describe()["source"].endswith(f"profiler-a100-80g.{profile}.json")
 
 
 def test_the_vllm_profile_is_slower_than_distserves_at_tp1(compose):
     common = ["model=opt_13b", "hardware=a100_80gb", "engine.perf_model=distserve"]
-    vllm = SimulatedCluster(compose(["system=vllm_baseline", *common])).perf["colocated"]
-    ours = SimulatedCluster(compose(["system=distserve", *common])).perf["prefill"]
+    vllm = SimulatedDeployment(compose(["system=vllm_baseline", *common])).perf["colocated"]
+    ours = SimulatedDeployment(compose(["system=distserve", *common])).perf["prefill"]
     assert vllm.prefill_time_s(1000, 1000**2) > ours.prefill_time_s(1000, 1000**2)
 
 
@@ -54,7 +54,7 @@ def test_tighter_slo_preset_is_the_artifacts_fig8_lower_run(compose):
     assert (vl.system.colocated_instances, vl.engine.colocated.tp, vl.engine.chunked_prefill) == (1, 1, False)
     assert (vl.engine.max_num_batched_tokens, vl.engine.max_num_seqs) == (16384, 1024)
     assert (ds.workload.max_requests, vl.workload.max_requests) == (300, 100)  # 100 per GPU
-    assert SimulatedCluster(ds).n_gpus == 3 and SimulatedCluster(vl).n_gpus == 1
+    assert SimulatedDeployment(ds).n_gpus == 3 and SimulatedDeployment(vl).n_gpus == 1
 
 
 def test_goodput_preset_has_the_artifacts_sharegpt_runs(compose):
@@ -63,8 +63,8 @@ def test_goodput_preset_has_the_artifacts_sharegpt_runs(compose):
     ds = compose_variant([GOODPUT, *cfg.study.variants["sharegpt/DistServe"]])
     vl = compose_variant([GOODPUT, *cfg.study.variants["sharegpt/vLLM"]])
     assert ds.workload.name == vl.workload.name == "sharegpt"
-    assert SimulatedCluster(ds).n_gpus == 3 and SimulatedCluster(vl).n_gpus == 1
-    assert SimulatedCluster(vl).perf["colocated"].describe()["engine"] == "vllm"
+    assert SimulatedDeployment(ds).n_gpus == 3 and SimulatedDeployment(vl).n_gpus == 1
+    assert SimulatedDeployment(vl).perf["colocated"].describe()["engine"] == "vllm"
 
 
 def test_placement_preset_is_the_readme_search(compose):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import ConfigError
+from vocab.errors import ConfigError
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])

@@ -39,8 +39,8 @@ from figures.study_tables import (
     rejection_table,
     slo_goodput_table,
 )
-from harness.result_files import CAPACITY_FILE
 from harness.studies.sim_sweep import capacity_table as study_capacity_table
+from vocab.result_files import CAPACITY_FILE
 
 # ---------------------------------------------------------------------------------------------- fixtures
 

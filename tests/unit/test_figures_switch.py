@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import ConfigError
-from harness.result_files import FIGURES_DIR, POINTS_FILE, REQUESTS_FILE
+from vocab.errors import ConfigError
+from vocab.result_files import FIGURES_DIR, POINTS_FILE, REQUESTS_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["engine=sim", "workload.max_requests=20", "engine.progress=false"]
@@ -37,6 +37,7 @@ def test_a_value_that_is_not_a_boolean_is_refused_naming_the_key(compose):
         compose(["figures=sometimes"])
 
 
+@pytest.mark.integration
 def test_figures_false_writes_the_tables_and_no_figure(tmp_path):
     job = tmp_path / "job"
     out = tmp_path / "modules.json"

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.config import to_config, validate
-from harness.errors import ConfigError, UserError
+from vocab.errors import ConfigError, UserError
 from workloads import build_workload
 from workloads.arrivals import arrival_times
 from workloads.config import ArrivalConfig

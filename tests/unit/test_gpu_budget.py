@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from harness.errors import ConfigError
 from systems.deployments.sglang import build_specs
 from systems.gpu_budget import deployment_devices
-from systems.sim.simulation import SimulatedCluster
+from systems.sim.simulated_deployment import SimulatedDeployment
+from vocab.errors import ConfigError
 
 RATE = "workload.arrival.rate_rps=1"
 DISTSERVE = ["system=distserve", "system.prefill_instances=3", "system.decode_instances=2"]
@@ -44,7 +44,7 @@ def test_within_the_budget_passes_and_cpu_instances_count_one_device_each(compos
 
 def test_the_count_is_the_one_the_engines_report(compose) -> None:
     sim = compose([RATE, *DISTSERVE, "engine.prefill.tp=2", "engine.decode.pp=2"])
-    assert deployment_devices(sim.system, sim.engine).devices == SimulatedCluster(sim).n_gpus == 10
+    assert deployment_devices(sim.system, sim.engine).devices == SimulatedDeployment(sim).n_gpus == 10
     sgl = compose([RATE, *DISTSERVE, "engine=sglang", "engine.tensor_parallel_size=2"])
     plan = build_specs(sgl, "/models/x", gpus=[str(i) for i in range(16)], port_alloc=iter(range(20000, 20100)).__next__)
     assert deployment_devices(sgl.system, sgl.engine).devices == 10 == sum(
@@ -60,4 +60,4 @@ def test_simulated_configs_built_in_code_are_checked_too(compose) -> None:
     cfg = compose([RATE, *DISTSERVE, "system.gpu_budget=5"])
     over = dataclasses.replace(cfg, system=dataclasses.replace(cfg.system, prefill_instances=4))
     with pytest.raises(ConfigError, match=r"system.gpu_budget=5: the deployment needs 6 GPUs"):
-        SimulatedCluster(over)
+        SimulatedDeployment(over)

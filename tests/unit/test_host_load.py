@@ -81,6 +81,7 @@ def measure_while_spinning(pid: int, seconds: float = 1.5) -> tuple[dict, float]
     return monitor.result(), (after - before) / hz
 
 
+@pytest.mark.integration
 @needs_proc
 def test_orphaned_spinner_outside_the_tree_is_outside_cpu() -> None:
     helper = subprocess.run([sys.executable, "-c", ORPHAN_HELPER], stdout=subprocess.PIPE, text=True, timeout=60,
@@ -103,6 +104,7 @@ def test_orphaned_spinner_outside_the_tree_is_outside_cpu() -> None:
         kill_group(pid)  # it leads its own session and process group
 
 
+@pytest.mark.integration
 @needs_proc
 def test_child_in_its_own_session_is_job_cpu_not_outside() -> None:
     child = subprocess.Popen([sys.executable, "-c", SPIN], start_new_session=True, stdin=subprocess.DEVNULL,

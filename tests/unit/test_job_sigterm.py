@@ -11,6 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration  # starts processes or opens sockets (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # 200,000 requests: tens of seconds of simulation here, far longer than it takes to see "running" and signal

@@ -21,6 +21,7 @@ def test_cpu_lists() -> None:
             parse_cpu_list(bad)
 
 
+@pytest.mark.integration
 def test_every_thread_of_a_child_is_bound(tmp_path) -> None:
     target = {min(os.sched_getaffinity(0))}
     code = "import threading, time\nfor _ in range(3): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\ntime.sleep(30)"

@@ -41,6 +41,7 @@ def wait_for_threads(proc: ManagedProcess, threads: int, timeout_s: float = 30.0
     raise AssertionError(f"the child did not start its threads and its fork in {timeout_s} s")
 
 
+@pytest.mark.integration
 def test_the_session_of_a_child_gets_the_nice_value(tmp_path) -> None:
     child = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
@@ -79,6 +80,7 @@ def test_reading_the_session_nice_value(tmp_path, text, value) -> None:
     assert autogroup_nice(42, proc=tmp_path) == value
 
 
+@pytest.mark.integration
 def test_every_thread_of_a_group_gets_the_nice_value_and_its_start_is_untouched(tmp_path) -> None:
     proc = ManagedProcess("threaded", runtime_dir=tmp_path / "run")
     proc.start([sys.executable, "-c", THREADED_CHILD], log_path=tmp_path / "child.log")

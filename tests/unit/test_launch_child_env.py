@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from systems.launch import vllm_server
 from systems.launch.child_env import child_environment, is_allowed_name, is_secret_name, split_inherited
 from systems.launch.mooncake_store import master_client_env, transfer_stall_env
@@ -68,6 +70,7 @@ def test_every_name_the_launch_code_sets_is_allowed(tmp_path):
     assert names and not {n for n in names if not is_allowed_name(n)}
 
 
+@pytest.mark.integration
 def test_started_process_gets_the_filtered_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("DISAGG_TEST_SECRET_TOKEN", "s3cret")
     monkeypatch.setenv("DISAGG_TEST_PLAIN", "kept")

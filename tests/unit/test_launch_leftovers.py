@@ -60,6 +60,7 @@ def record_for(proc: subprocess.Popen, owner: tuple[int, int], **changes) -> pid
     return dataclasses.replace(record, owner_pid=owner[0], owner_start_time=owner[1], **changes)
 
 
+@pytest.mark.integration
 def test_leftover_of_a_dead_harness_is_stopped_by_group(tmp_path, dead_owner):
     proc = start_group()
     try:
@@ -76,6 +77,7 @@ def test_leftover_of_a_dead_harness_is_stopped_by_group(tmp_path, dead_owner):
         kill_group(proc)
 
 
+@pytest.mark.integration
 def test_a_live_harness_servers_are_never_touched(tmp_path):
     proc = start_group()
     try:
@@ -88,6 +90,7 @@ def test_a_live_harness_servers_are_never_touched(tmp_path):
         kill_group(proc)
 
 
+@pytest.mark.integration
 def test_a_pid_with_another_start_time_is_not_touched(tmp_path, dead_owner):
     proc = start_group()
     try:
@@ -103,6 +106,7 @@ def test_a_pid_with_another_start_time_is_not_touched(tmp_path, dead_owner):
         kill_group(proc)
 
 
+@pytest.mark.integration
 def test_records_from_another_boot_are_left_alone(tmp_path, dead_owner):
     proc = start_group()
     try:
@@ -114,6 +118,7 @@ def test_records_from_another_boot_are_left_alone(tmp_path, dead_owner):
         kill_group(proc)
 
 
+@pytest.mark.integration
 def test_gone_leftover_only_cleans_its_pid_and_shm_files(tmp_path, dead_owner):
     shm_dir = tmp_path / "shm"
     shm_dir.mkdir()
@@ -138,6 +143,7 @@ def test_invalid_pid_file_is_skipped_with_its_name(tmp_path, caplog):
     assert str(bad) in caplog.text and bad.exists()
 
 
+@pytest.mark.integration
 def test_managed_process_start_stops_leftovers_first(tmp_path, dead_owner):
     proc = start_group()
     runtime = tmp_path / "rt"
@@ -159,6 +165,7 @@ def test_managed_process_start_stops_leftovers_first(tmp_path, dead_owner):
             started.stop(grace_s=0.1)
 
 
+@pytest.mark.integration
 def test_cli_lists_then_stops(tmp_path, dead_owner, capsys):
     proc = start_group()
     try:

@@ -15,6 +15,8 @@ from systems.launch import pidfile
 from systems.launch.lifecycle import ProcessDeployment
 from systems.launch.processes import ManagedProcess
 
+pytestmark = pytest.mark.integration  # starts processes or opens sockets (tests/conftest.py)
+
 LATE_SHM = textwrap.dedent("""
     import os, sys, time
     shm_dir, trigger = sys.argv[1], sys.argv[2]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 import time
+
+import pytest
 
 from systems.launch import shm
 from systems.launch.processes import ManagedProcess
@@ -54,6 +57,7 @@ def test_inodes_skips_missing_files_and_directories(tmp_path):
 
 
 
+@pytest.mark.integration
 def test_semaphores_a_killed_tree_leaves_are_removed_at_stop_unless_in_use(tmp_path):
     # a tree whose resource tracker dies with it leaves multiprocessing semaphores it was never seen mapping
     shm_dir = tmp_path / "shm"
@@ -75,3 +79,22 @@ def test_semaphores_a_killed_tree_leaves_are_removed_at_stop_unless_in_use(tmp_p
     assert left == ["psm_unattributed", "sem.mp-before", "sem.mp-held"]
     # once nothing uses it, the next stop takes the held one too; the unattributed file stays
     assert sorted(p.name for p in shm_dir.iterdir()) == ["psm_unattributed", "sem.mp-before"]
+
+
+def test_a_semaphore_mapped_under_its_temporary_name_counts_as_in_use(tmp_path):
+    # glibc's sem_open: map a temporary file, link it to the semaphore's name, unlink the temporary name; the
+    # creator's /proc/PID/maps then names only "sem.XXXXXX (deleted)", never "sem.mp-fresh"
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir()
+    temporary, final = shm_dir / "sem.Ab12Cd", shm_dir / "sem.mp-fresh"
+    temporary.write_bytes(b"\0" * mmap.PAGESIZE)
+    with temporary.open("r+b") as fh:
+        mapping = mmap.mmap(fh.fileno(), mmap.PAGESIZE)
+    os.link(temporary, final)
+    temporary.unlink()
+    try:
+        assert final not in shm.files_used_by([os.getpid()], shm_dir)  # by name it looks unused ...
+        assert shm.unused([final], shm_dir) == set()  # ... by inode it is not
+    finally:
+        mapping.close()
+    assert shm.unused([final, shm_dir / "missing"], shm_dir) == {final}

@@ -78,6 +78,7 @@ def kill_tree(leader: int, started: int) -> None:
             os.killpg(leader, signal.SIGKILL)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode,from_thread", [("polite", "main"), ("stubborn", "main"), ("polite", "thread")])
 def test_sigkilled_harness_takes_its_server_tree_along(tmp_path, mode, from_thread):
     shm_dir, runtime = tmp_path / "shm", tmp_path / "rt"
@@ -123,6 +124,7 @@ def test_sigkilled_harness_takes_its_server_tree_along(tmp_path, mode, from_thre
             kill_tree(tree[0], leader_started)
 
 
+@pytest.mark.integration
 def test_supervisor_does_not_start_when_its_harness_is_already_gone(tmp_path):
     marker = tmp_path / "started"
     cmd = supervisor_command([sys.executable, "-c", f"open({str(marker)!r}, 'w')"], parent_pid=1, grace_s=1,
@@ -133,6 +135,7 @@ def test_supervisor_does_not_start_when_its_harness_is_already_gone(tmp_path):
     assert "is gone before the start" in done.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("cmd,expected", [(["true"], 0), (["false"], 1)])
 def test_a_command_that_exits_at_once_is_reaped_and_mirrored(tmp_path, cmd, expected):
     proc = ManagedProcess("instant", runtime_dir=tmp_path / "rt").start(cmd, log_path=tmp_path / "i.log")
@@ -146,6 +149,7 @@ def test_a_command_that_exits_at_once_is_reaped_and_mirrored(tmp_path, cmd, expe
 
 @pytest.mark.parametrize("code,expected", [("sys.exit(3)", 3), ("sys.exit(0)", 0),
                                            ("os.kill(os.getpid(), signal.SIGUSR2); time.sleep(60)", -signal.SIGUSR2)])
+@pytest.mark.integration
 def test_exit_status_is_mirrored(tmp_path, code, expected):
     proc = ManagedProcess("exit", runtime_dir=tmp_path / "rt").start(
         [sys.executable, "-c", f"import os, signal, sys, time; {code}"], log_path=tmp_path / "e.log")
@@ -157,6 +161,7 @@ def test_exit_status_is_mirrored(tmp_path, code, expected):
     assert pidfile.record_paths(tmp_path / "rt") == []
 
 
+@pytest.mark.integration
 def test_stop_reaches_the_server_under_the_supervisor(tmp_path):
     proc = ManagedProcess("sleeper", runtime_dir=tmp_path / "rt").start(
         [sys.executable, "-c", "import os, time; print('pid', os.getpid(), flush=True); time.sleep(600)"],
@@ -172,6 +177,7 @@ def test_stop_reaches_the_server_under_the_supervisor(tmp_path):
         proc.stop(grace_s=0.1)
 
 
+@pytest.mark.integration
 def test_an_orphan_of_the_tree_is_stopped_and_reaped_before_the_supervisor_exits(tmp_path):
     # the server leaves a grandchild behind and exits (as vLLM's workers outlive a dead engine core): the
     # supervisor adopts it (child subreaper), stops it and reaps it, so no process or zombie outlives the tree

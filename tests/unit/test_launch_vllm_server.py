@@ -18,6 +18,7 @@ from systems.launch.vllm_server import (
     rpc_base_path,
     server_command,
     server_env,
+    vllm_cache_root,
 )
 
 
@@ -58,7 +59,15 @@ def test_gpu_command_and_options():
     assert cmd[-2:] == ["--block-size", "16"]
 
 
-def test_cpu_env_keeps_everything_in_the_run_folder(tmp_path):
+def test_vllm_cache_root_is_shared_and_can_be_moved(monkeypatch, tmp_path):
+    monkeypatch.delenv("DISAGG_VLLM_CACHE", raising=False)
+    assert vllm_cache_root() == Path.home() / ".cache" / "disagg-bench" / "vllm"
+    monkeypatch.setenv("DISAGG_VLLM_CACHE", str(tmp_path))
+    assert vllm_cache_root() == tmp_path
+    assert server_env(cpu_spec(), tmp_path / "run", base_env={})["VLLM_CACHE_ROOT"] == str(tmp_path)
+
+
+def test_cpu_env_keeps_everything_else_in_the_run_folder(tmp_path):
     env = server_env(cpu_spec(cpu_kvcache_space_gib=2, extra_env={"FOO": "bar"}), tmp_path,
                      base_env={"PATH": "/usr/bin", "HOME": "/root", "VLLM_TARGET_DEVICE": "cuda"})
     root = (tmp_path / "colo0").resolve()
@@ -68,9 +77,10 @@ def test_cpu_env_keeps_everything_in_the_run_folder(tmp_path):
     assert "VLLM_SERVER_DEV_MODE" not in env  # development endpoints only when asked for
     assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
     assert env["VLLM_HOST_IP"] == "127.0.0.1"
-    for key in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "TMPDIR", "HF_HOME",
+    for key in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "VLLM_CONFIG_ROOT", "TMPDIR", "HF_HOME",
                 "VLLM_ASSETS_CACHE", "TORCHINDUCTOR_CACHE_DIR"):
         assert Path(env[key]).is_relative_to(root), key
+    assert env["VLLM_CACHE_ROOT"] == str(vllm_cache_root())  # vLLM's own cache is shared across runs
     rpc = Path(env["VLLM_RPC_BASE_PATH"])
     assert len(str(rpc)) + 37 < 107  # room for vLLM's "/<uuid4>" socket names
 

@@ -1,4 +1,4 @@
-"""The daemon records of the local clusters (``harness.cluster.daemons``): real child processes are started in
+"""The daemon records of the local clusters (``tests.clusters.daemons``): real child processes are started in
 their own groups, recognised by pid and start time, and stopped by group; a record that no longer matches
 its process is never acted on; failed commands and daemons that die are reported with their output."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster import ray_local
-from harness.cluster.daemons import ClusterError, DaemonSet, run_command, wait_for
 from systems.launch import procfs
+from tests.clusters import ray_local
+from tests.clusters.daemons import ClusterError, DaemonSet, run_command, wait_for
 
 pytestmark = pytest.mark.integration  # starts processes
 

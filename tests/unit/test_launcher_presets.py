@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from harness.cluster.daemons import ClusterError
-from harness.cluster.ray_local import RayCluster
-from harness.cluster.slurm_conf import (
+from harness.config import register_configs
+from systems.config import CONF_DIR
+from tests.clusters.daemons import ClusterError
+from tests.clusters.ray_local import RayCluster
+from tests.clusters.slurm_conf import (
     NodeHardware,
     SlurmLayout,
     parse_slurmd_c,
     render_cgroup_conf,
     render_slurm_conf,
 )
-from harness.config import register_configs
-from systems.config import CONF_DIR
 
 PRESETS = ("parallel", "slurm", "slurm_local", "ray_cluster")
 

@@ -1,24 +1,21 @@
 """Dependencies between the suite's packages point one way, and no module imports itself in a circle.
 
-Layers, bottom to top: ``workloads`` (what is sent), then ``systems`` (what is deployed) and ``figures``
-(plotting, which reads results only), then ``harness`` (the composition root, which may import all).
-A module may import its own package and the packages below it, never one above or beside it. The one
-exception is a short list of shared vocabulary modules in ``harness`` that import nothing of the suite
-(the record types, the user-error base class, the result file names, atomic writes): every package may import those.
-Imports inside functions count as much as those at the top of a module.
+Layers, bottom to top: ``vocab`` (the shared vocabulary: records, errors, result file names, atomic
+writes), ``workloads`` (what is sent), then ``systems`` (what is deployed) and ``figures`` (plotting, which
+reads results only), then ``harness`` (the composition root, which may import all). A module may import its
+own package and the packages below it, never one above or beside it; there are no exceptions. Imports inside
+functions count as much as those at the top of a module.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RANKS = {"workloads": 0, "systems": 1, "figures": 1, "harness": 2}
-SHARED = frozenset({"harness.atomic_files", "harness.errors", "harness.records", "harness.result_files"})
+RANKS = {"vocab": 0, "workloads": 1, "systems": 2, "figures": 2, "harness": 3}
 
 Graph = dict[str, set[str]]
 
@@ -65,21 +62,17 @@ def import_graph(root: Path) -> Graph:
     return {name: imports_of(path, name, modules) for name, path in modules.items()}
 
 
-def layer_violations(graph: Graph, shared: Iterable[str] = SHARED) -> list[str]:
-    """Each import that points up or sideways between packages, and each shared module that is not a leaf."""
-    shared = frozenset(shared)
+def layer_violations(graph: Graph) -> list[str]:
+    """Each import that points up or sideways between packages."""
     out = []
     for source, targets in sorted(graph.items()):
         src_pkg = source.split(".")[0]
         for target in sorted(targets):
             dst_pkg = target.split(".")[0]
-            if source in shared and target not in shared:
-                out.append(f"{source} -> {target}: a shared module must import nothing of the suite but shared modules")
-            elif dst_pkg != src_pkg and target not in shared and RANKS[dst_pkg] >= RANKS[src_pkg]:
+            if dst_pkg != src_pkg and RANKS[dst_pkg] >= RANKS[src_pkg]:
                 kind = "upward" if RANKS[dst_pkg] > RANKS[src_pkg] else "sideways"
-                out.append(f"{source} -> {target}: {kind} ({src_pkg} may import "
-                           f"{', '.join(p for p, r in RANKS.items() if r < RANKS[src_pkg]) or 'nothing'} "
-                           "and the shared modules)")
+                below = ", ".join(p for p, r in RANKS.items() if r < RANKS[src_pkg]) or "nothing of the suite"
+                out.append(f"{source} -> {target}: {kind} ({src_pkg} may import {below})")
     return out
 
 
@@ -142,16 +135,16 @@ def test_the_checks_catch_what_they_forbid(tmp_path):
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text("")
     (tmp_path / "workloads" / "a.py").write_text("from systems.b import thing\n")
-    (tmp_path / "systems" / "b.py").write_text("import workloads.a\nfrom harness.records import R\n")
+    (tmp_path / "systems" / "b.py").write_text("import workloads.a\nfrom vocab.records import R\n")
     (tmp_path / "systems" / "c.py").write_text("def f():\n    from harness import app\n")
     (tmp_path / "figures" / "d.py").write_text("from systems.b import thing\n")
-    (tmp_path / "harness" / "records.py").write_text("from workloads import a\n")
-    (tmp_path / "harness" / "app.py").write_text("from harness.records import R\n")
+    (tmp_path / "vocab" / "records.py").write_text("from workloads import a\n")
+    (tmp_path / "harness" / "app.py").write_text("from vocab.records import R\n")
     fake = import_graph(tmp_path)
-    assert layer_violations(fake, {"harness.records"}) == [
-        "figures.d -> systems.b: sideways (figures may import workloads and the shared modules)",
-        "harness.records -> workloads.a: a shared module must import nothing of the suite but shared modules",
-        "systems.c -> harness.app: upward (systems may import workloads and the shared modules)",
-        "workloads.a -> systems.b: upward (workloads may import nothing and the shared modules)",
+    assert layer_violations(fake) == [
+        "figures.d -> systems.b: sideways (figures may import vocab, workloads)",
+        "systems.c -> harness.app: upward (systems may import vocab, workloads)",
+        "vocab.records -> workloads.a: upward (vocab may import nothing of the suite)",
+        "workloads.a -> systems.b: upward (workloads may import vocab)",
     ]
-    assert cycles(fake) == [["harness.records", "systems.b", "workloads.a"]]
+    assert cycles(fake) == [["systems.b", "vocab.records", "workloads.a"]]

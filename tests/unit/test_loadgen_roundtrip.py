@@ -10,7 +10,7 @@ import pytest
 
 from harness.loadgen import LoadGenOptions, TargetConfig, run_load
 from harness.loadgen.mock_server import MockConfig, mock_server_thread
-from harness.records import RequestSpec, RequestStatus
+from vocab.records import RequestSpec, RequestStatus
 from workloads.arrivals import ArrivalSchedule
 
 pytestmark = pytest.mark.integration  # a mock server on loopback

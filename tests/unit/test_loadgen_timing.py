@@ -13,7 +13,7 @@ import pytest
 
 from harness.loadgen import LoadGenOptions, TargetConfig, run_load
 from harness.loadgen.mock_process import mock_server_process
-from harness.records import RequestSpec, RequestStatus
+from vocab.records import RequestSpec, RequestStatus
 from workloads.arrivals import ArrivalSchedule
 
 pytestmark = pytest.mark.integration  # a mock server process on loopback

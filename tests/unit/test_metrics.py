@@ -21,8 +21,8 @@ from harness.metrics import (
     summarize,
     token_intervals_ms,
 )
-from harness.records import RequestRecord, RequestStatus
 from harness.slo import SLOConfig
+from vocab.records import RequestRecord, RequestStatus
 
 NAN = float("nan")
 approx = pytest.approx

@@ -6,8 +6,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from harness.metrics import request_frame, slo_mask
-from harness.records import RequestRecord, RequestStatus
 from harness.slo import SLOConfig
+from vocab.records import RequestRecord, RequestStatus
 
 
 @pytest.mark.parametrize("key", ["ttft_ms", "tpot_ms", "tbt_ms", "e2e_ms"])

@@ -67,7 +67,7 @@ def test_rejection_preset_is_the_papers_table3_setup(compose):
 def test_cache_hit_preset_sizes_the_global_local_replay_as_fig10(compose):
     cfg = compose(["experiment=mooncake_cache_hit"])
     assert cfg.cache_study.global_local.n_instances == 10
-    assert list(cfg.cache_study.global_local.capacities_per_instance) == [3_000_000 // 512]
+    assert list(cfg.cache_study.global_local.cache_sizes_per_instance) == [3_000_000 // 512]
 
 
 def test_output_length_fixes_every_output_of_a_trace(compose):
@@ -102,6 +102,7 @@ def judged(key: str, job: Path) -> str:
     return outcome.value
 
 
+@pytest.mark.integration
 def test_global_cache_runs_end_to_end(tmp_path, monkeypatch, shared_traces):
     job = run_experiment(tmp_path, monkeypatch, ["experiment=mooncake_global_cache", "study.max_requests=200",
                                                  "engine.progress=false"])
@@ -116,6 +117,7 @@ def test_global_cache_runs_end_to_end(tmp_path, monkeypatch, shared_traces):
     assert "node-h" in judged("mooncake_prefill_global_local", job)
 
 
+@pytest.mark.integration
 def test_rejection_runs_end_to_end(tmp_path, monkeypatch, shared_traces):
     job = run_experiment(tmp_path, monkeypatch, ["experiment=mooncake_rejection", "study.max_requests=300",
                                                  "engine.progress=false"])
@@ -131,6 +133,7 @@ def test_rejection_runs_end_to_end(tmp_path, monkeypatch, shared_traces):
     assert value.startswith("8P8D: ") and "sensitivity 8P1D" in value and "goodput" in value
 
 
+@pytest.mark.integration
 def test_scheduling_runs_end_to_end(tmp_path, monkeypatch, shared_traces):
     job = run_experiment(tmp_path, monkeypatch, ["experiment=mooncake_scheduling", "study.max_requests=200",
                                                  "engine.progress=false"])

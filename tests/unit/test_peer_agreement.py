@@ -10,10 +10,10 @@ import sys
 import numpy as np
 import pytest
 
-from harness.bench import peer_agreement
-from harness.bench.peers import distserve as ds
-from harness.bench.peers import splitwise as sw
-from harness.bench.peers.common import (
+from benchmarks import peer_agreement
+from benchmarks.peers import distserve as ds
+from benchmarks.peers import splitwise as sw
+from benchmarks.peers.common import (
     compare_latencies,
     latency_stats,
     locate_peer,
@@ -23,7 +23,7 @@ from harness.bench.peers.common import (
     relative_diff,
     tpot_ms,
 )
-from harness.records import RequestRecord, RequestSpec, RequestStatus
+from vocab.records import RequestRecord, RequestSpec, RequestStatus
 
 SPECS = [RequestSpec(0, 0.5, 100, 1), RequestSpec(1, 0.75, 200, 10), RequestSpec(2, 2.0, 300, 3)]
 
@@ -43,11 +43,13 @@ def test_locate_peer_from_path_env_or_nowhere(tmp_path, monkeypatch):
     assert not absent.found and "not installed" in absent.reason
 
 
+@pytest.mark.integration
 def test_missing_modules():
     assert missing_modules(sys.executable, ["json", "no_such_module_xyz"]) == ["no_such_module_xyz"]
     assert missing_modules("/no/such/python", ["json"]) == ["json"]
 
 
+@pytest.mark.integration
 def test_absent_peers_are_reported_and_the_script_exits_0(monkeypatch, capsys):
     for var in ("SIMDISTSERVE_DIR", "SPLITWISE_SIM_DIR"):
         monkeypatch.delenv(var, raising=False)

@@ -16,10 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.errors import ConfigError
-from harness.result_files import POINTS_FILE
 from harness.results import RunFolder, load_records
-from harness.serve_job import build_point_requests, run_serve
+from harness.serve_job import plan_serve, run_serve
 from systems.config import ModelConfig
 from systems.hardware_catalog import load_hardware
 from systems.launch.tiny_model import architecture_hash, load_model_config
@@ -40,8 +38,10 @@ from systems.sim.perf.profile_file import (
     save_profile,
 )
 from systems.sim.perf.registry import build_perf_model
-from systems.sim.simulation import SimulatedCluster
+from systems.sim.simulated_deployment import SimulatedDeployment
 from tests.unit.test_perf_fitting import decode_samples, prefill_samples, transfer_samples
+from vocab.errors import ConfigError
+from vocab.result_files import POINTS_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = load_model_config(REPO / "conf" / "model" / "tiny_llama.yaml")
@@ -337,25 +337,25 @@ def test_a_profile_from_another_cpu_stops_the_cluster_unless_profile_check_is_fa
     path = write(tmp_path, make_profile(cpu_model="Some Other CPU"))
     cfg = compose([*WORKLOAD, f"engine.profile={path}"])
     with pytest.raises(ConfigError, match=r"^engine.profile: profile .* was measured on CPU 'Some Other CPU'"):
-        SimulatedCluster(cfg)
-    cluster = SimulatedCluster(compose([*WORKLOAD, f"engine.profile={path}", "engine.profile_check=false"]))
+        SimulatedDeployment(cfg)
+    cluster = SimulatedDeployment(compose([*WORKLOAD, f"engine.profile={path}", "engine.profile_check=false"]))
     assert cluster.perf["colocated"].describe()["cpu_model"] == "Some Other CPU"
 
 
 def test_a_malformed_profile_stops_the_cluster_naming_the_key_file_and_field(compose, tmp_path) -> None:
     path = _mutated(tmp_path, lambda r: r["decode"].pop("coefficients_ms"))
     with pytest.raises(ConfigError, match=rf"^engine.profile: profile {path}: field 'decode.coefficients_ms'"):
-        SimulatedCluster(compose([*WORKLOAD, f"engine.profile={path}"]))
+        SimulatedDeployment(compose([*WORKLOAD, f"engine.profile={path}"]))
 
 
 def test_kv_link_profile_moves_kv_over_the_fitted_link(compose, tmp_path) -> None:
     profile = make_profile()
     path = write(tmp_path, profile)
     cfg = compose([*WORKLOAD, "system=distserve", f"engine.profile={path}", "engine.kv_link=profile"])
-    cluster = SimulatedCluster(cfg)
+    cluster = SimulatedDeployment(cfg)
     link = profile_link(load_profile(path))
     assert cluster.setup().kv_link == link
-    _, run = cluster.run(build_point_requests(cfg)[0][1].specs)
+    _, run = cluster.run(plan_serve(cfg).points[0][1].specs)
     first = min(run.records(), key=lambda r: r.arrival_s)
     moved = first.extra["kv_transfer_bytes"]
     assert moved == first.input_length * TINY.kv_bytes_per_token
@@ -366,11 +366,12 @@ def test_kv_link_profile_needs_a_fitted_transfer(compose, tmp_path) -> None:
     path = write(tmp_path, make_profile(kv_transfer=False))
     cfg = compose([*WORKLOAD, "system=distserve", f"engine.profile={path}", "engine.kv_link=profile"])
     with pytest.raises(ConfigError, match=r"^engine.kv_link: profile .* has no fitted kv_transfer"):
-        SimulatedCluster(cfg)
+        SimulatedDeployment(cfg)
     with pytest.raises(ConfigError, match=r"engine.kv_link: unknown link 'profil'.*; or profile"):
-        SimulatedCluster(compose([*WORKLOAD, "system=distserve", f"engine.profile={path}", "engine.kv_link=profil"]))
+        SimulatedDeployment(compose([*WORKLOAD, "system=distserve", f"engine.profile={path}", "engine.kv_link=profil"]))
 
 
+@pytest.mark.integration
 def test_the_cli_exits_2_with_one_line_for_a_profile_from_another_cpu(tmp_path) -> None:
     path = write(tmp_path, make_profile(cpu_model="Some Other CPU"))
     proc = subprocess.run([sys.executable, "-m", "harness", *WORKLOAD, f"engine.profile={path}",

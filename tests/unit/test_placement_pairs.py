@@ -9,8 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.errors import ConfigError
-from harness.records import RequestSpec
 from harness.results import RunFolder
 from harness.studies import placement_pairs
 from harness.studies.placement_algorithm import Parallelism, PlacementSimulator
@@ -27,9 +25,11 @@ from harness.studies.placement_pairs import (
 from harness.studies.variants import compose_variant
 from systems.config import HardwareConfig
 from systems.policies.pd import PDScheduler
-from systems.sim.cluster_setup import ClusterSetup, PoolSetup
+from systems.sim.deployment_setup import DeploymentSetup, PoolSetup
 from systems.sim.links import LinkSpec
 from systems.sim.perf.base import InstanceShape, PerfModel
+from vocab.errors import ConfigError
+from vocab.records import RequestSpec
 
 HW = HardwareConfig(name="test", peak_tflops_bf16=1.0, mem_bandwidth_gbps=1.0, mem_gib=1.0, devices_per_node=4)
 LINK = LinkSpec("test", bandwidth_gbps=100.0, latency_s=0.0, efficiency=1.0)
@@ -66,8 +66,8 @@ def make_sim(n: int = 40, out: int = 11, capacity: int = 10_000_000) -> Placemen
     specs = [RequestSpec(request_id=i, arrival_s=float(t), input_length=100, output_length=out, block_size=100)
              for i, t in enumerate(times)]
 
-    def make_setup(pools: tuple[PoolSetup, ...]) -> ClusterSetup:
-        return ClusterSetup("distserve", pools, LINK, scheduler=PDScheduler("load_balancing"), prefix_caching=False)
+    def make_setup(pools: tuple[PoolSetup, ...]) -> DeploymentSetup:
+        return DeploymentSetup("distserve", pools, LINK, scheduler=PDScheduler("load_balancing"), prefix_caching=False)
 
     return PlacementSimulator(specs, HW, lambda shape: FixedPerf(capacity), make_setup, 0.2, 0.1)
 
@@ -148,8 +148,8 @@ def test_unbounded_kv_only_lifts_the_capacity():
 
 # -- the job on the README's example, reduced -------------------------------------------------------
 def test_the_job_runs_simdistserve_search_and_its_sensitivity(tmp_path, shared_traces):
-    from harness.result_files import PLACEMENT_FILE, STUDY_FILE
     from harness.studies.placement_search import run_placement_search
+    from vocab.result_files import PLACEMENT_FILE, STUDY_FILE
 
     cfg = compose_variant(["experiment=distserve_placement", "study.max_requests=40", "study.params.esp=1.0",
                            f"data_dir={shared_traces}"])

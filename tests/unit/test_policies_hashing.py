@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.records import RequestSpec
 from systems.policies import block_hashes, byte_block_hashes, chain_block_ids, spec_block_hashes
+from vocab.records import RequestSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

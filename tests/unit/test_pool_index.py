@@ -91,6 +91,7 @@ def test_store_key_prefix():
     assert store_key_prefix("tiny_llama-abc", "ns") == "ns@tiny_llama-abc@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0"
 
 
+@pytest.mark.integration  # importing vLLM starts processes (`file`, `uname -p`: tests/conftest.py)
 def test_vllm_block_hasher():
     pytest.importorskip("vllm")
     from systems.router.pool_index import VllmBlockHasher

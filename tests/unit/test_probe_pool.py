@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import ConfigError
 from harness.probe_pool import (
     PROBE_JOBS_FOLDER,
     InProcessPool,
@@ -30,6 +29,7 @@ from harness.probe_pool import (
     replay,
     run_captured,
 )
+from vocab.errors import ConfigError
 
 log = logging.getLogger("tests.probe_pool")
 
@@ -60,6 +60,7 @@ def test_in_process_pool_runs_here_in_order(caplog):
     assert [r.getMessage() for r in caplog.records if r.name == log.name] == [f"square of {x}" for x in (3, 1, 2)]
 
 
+@pytest.mark.integration
 def test_joblib_pool_runs_in_worker_processes_in_input_order(caplog):
     caplog.set_level(logging.INFO)
     items = list(range(6))
@@ -72,6 +73,7 @@ def test_joblib_pool_runs_in_worker_processes_in_input_order(caplog):
     assert JoblibPool(workers=2).map(slow_first, [0, 1, 2, 3]) == [0, 1, 2, 3]
 
 
+@pytest.mark.integration
 def test_a_workers_error_is_raised_here_with_its_type():
     with pytest.raises(ConfigError, match=r"^study\.params\.x: 2 is bad"):
         JoblibPool(workers=2).map(functools.partial(fail_on, 2), [0, 1, 2, 3])
@@ -91,6 +93,7 @@ def test_captured_records_replay_with_their_level_and_logger(caplog):
     assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [("tests.a", logging.WARNING, "warn 4")]
 
 
+@pytest.mark.integration
 def test_submitit_local_jobs_write_under_the_job_folder(tmp_path, monkeypatch):
     # the jobs are fresh interpreters: they import this test module by name, as pytest put it on sys.path
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
@@ -176,6 +179,7 @@ def test_explicit_joblib_without_a_joblib_launcher_uses_every_cpu():
     assert isinstance(pool, JoblibPool) and pool.workers is None
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("source", ["launcher", "RAY_ADDRESS"])
 def test_no_ray_at_the_address_is_one_line_naming_it(source, monkeypatch):
     with socket.socket() as s:  # a port nothing listens on once closed
@@ -189,4 +193,4 @@ def test_no_ray_at_the_address_is_one_line_naming_it(source, monkeypatch):
         assert isinstance(pool, RayPool)
         pool.map(functools.partial(square_plus, 0), [1])
     message = str(info.value)
-    assert "\n" not in message and address in message and "python -m harness.cluster.ray_local up" in message
+    assert "\n" not in message and address in message and "python -m tests.clusters.ray_local up" in message

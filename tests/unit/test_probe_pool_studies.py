@@ -17,7 +17,7 @@ from harness.results import RunFolder
 from harness.studies.variants import compose_variant
 
 PROVISIONING = "experiment=splitwise_provisioning"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def without_wall(value: Any) -> Any:
@@ -52,8 +52,8 @@ def with_parallel(cfg, **params):
 
 @pytest.mark.parametrize("method", ["simdistserve", "alg1"])
 def test_placement_search_is_the_same_in_worker_processes(tmp_path, shared_traces, method):
-    from harness.result_files import PLACEMENT_FILE, STUDY_FILE
     from harness.studies.placement_search import run_placement_search
+    from vocab.result_files import PLACEMENT_FILE, STUDY_FILE
 
     extra = ["study.params.method=alg1", "~study.params.sensitivity", "study.params.verify=point",
              "study.max_requests=60"] if method == "alg1" else ["study.max_requests=40", "study.params.esp=1.0"]

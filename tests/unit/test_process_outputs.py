@@ -17,11 +17,11 @@ import pytest
 
 from harness.metrics import extract_columns, request_frame, summarize
 from harness.prompts import fit_to_context, infinite_cache_hit_blocks, predicted_prefix_hit_rate
-from harness.records import RequestRecord, RequestSpec, RequestStatus
 from harness.results import _RECORD_FIELDS, records_frame
 from harness.slo import SLOConfig
 from harness.validity import _binomial_cdf, assess_validity, quantile_bounds
 from systems.kvcache import EvictionPolicy, flatten_blocks, replay_prefix_hits
+from vocab.records import RequestRecord, RequestSpec, RequestStatus
 from workloads import azure_trace
 from workloads.arrivals import ArrivalSchedule
 from workloads.base import WorkloadRequests
@@ -205,6 +205,7 @@ def test_the_shipped_trace_parses_the_same_both_ways(shared_traces):
     assert fast is not None and fast == checked and len(fast[0]) == 19366
 
 
+@pytest.mark.integration
 def test_git_state_from_one_status_call(tmp_path):
     import subprocess
 
@@ -226,31 +227,3 @@ def test_git_state_from_one_status_call(tmp_path):
     assert git_state(tmp_path) == (sha, False)
     (tmp_path / "a.txt").write_text("2", encoding="utf-8")
     assert git_state(tmp_path) == (sha, True)
-
-
-def test_package_versions_are_what_importlib_metadata_finds(tmp_path, monkeypatch):
-    from importlib import metadata
-
-    from harness.provenance import TRACKED_PACKAGES, package_versions
-
-    expected = {}
-    for name in TRACKED_PACKAGES:
-        try:
-            expected[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    assert package_versions() == expected and "numpy" in expected
-    # folders of other spellings, the first on the path winning, an .egg-info with and without a version
-    first, second = tmp_path / "first", tmp_path / "second"
-    (first / "Some_Pkg-1.2.dist-info").mkdir(parents=True)
-    (first / "Some_Pkg-1.2.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: Some_Pkg\nVersion: 1.2\n")
-    (second / "some_pkg-9.9.dist-info").mkdir(parents=True)
-    (second / "some_pkg-9.9.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: some-pkg\nVersion: 9.9\n")
-    (second / "old.pkg-0.3-py3.11.egg-info").mkdir()
-    (second / "old.pkg-0.3-py3.11.egg-info" / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: old.pkg\nVersion: 0.3\n")
-    (second / "bare.egg-info").mkdir()
-    (second / "bare.egg-info" / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: bare\nVersion: 4.5\n")
-    monkeypatch.setattr("sys.path", [str(first), str(second)])
-    names = ("some-pkg", "old-pkg", "bare", "absent")
-    assert package_versions(names) == {"some-pkg": "1.2", "old-pkg": "0.3", "bare": "4.5"}
-    assert {n: metadata.version(n) for n in names[:3]} == package_versions(names)

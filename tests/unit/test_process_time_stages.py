@@ -1,4 +1,4 @@
-"""The stage timer of ``harness.bench.process_time_bench``: a stage's nested stages are taken out of it,
+"""The stage timer of ``benchmarks.process_time_bench``: a stage's nested stages are taken out of it,
 and a stage run in another thread (a background write) is counted apart from the main thread's stages,
 with that thread's own CPU time; the turn-by-turn ratios divide each turn's peer time by ours."""
 
@@ -8,7 +8,7 @@ import threading
 import time
 from types import SimpleNamespace
 
-from harness.bench.process_time_bench import IN_A_THREAD, StageTimer
+from benchmarks.process_time_bench import IN_A_THREAD, StageTimer
 
 
 def _busy(seconds: float) -> None:
@@ -44,7 +44,7 @@ def test_a_stage_in_another_thread_is_counted_apart_with_its_own_cpu() -> None:
 
 
 def test_paired_ratios_divide_each_turns_peer_by_ours() -> None:
-    from harness.bench.process_time_bench import paired_ratios
+    from benchmarks.process_time_bench import paired_ratios
 
     ours = [{"wall_s": 2.0}, {"wall_s": 1.0}]
     theirs = [{"wall_s": 16.0}, {"wall_s": 9.0}]

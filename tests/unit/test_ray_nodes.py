@@ -1,4 +1,4 @@
-"""The worker nodes of the loopback Ray cluster (``harness.cluster.ray_node``, ``ray_local`` add-node /
+"""The worker nodes of the loopback Ray cluster (``tests.clusters.ray_node``, ``ray_local`` add-node /
 kill-node / remove-node), without Ray: option parsing and its errors, the node specs, the node id read back
 from the daemon's log, and the hard kill / graceful removal of a node's session on real child processes that
 leave their process group the way Ray workers do."""
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster import ray_local, ray_node
-from harness.cluster.daemons import ClusterError, DaemonRecord, DaemonSet, wait_for
-from harness.errors import ConfigError
 from systems.launch import procfs
+from tests.clusters import ray_local, ray_node
+from tests.clusters.daemons import ClusterError, DaemonRecord, DaemonSet, wait_for
+from vocab.errors import ConfigError
 
 # --- parsing ------------------------------------------------------------------------------------------------
 
@@ -215,6 +215,7 @@ def node_like(cluster: ray_local.RayCluster, worker_first: str = "") -> Iterator
                     os.killpg(pgid, signal.SIGKILL)
 
 
+@pytest.mark.integration
 def test_kill_node_kills_the_whole_session_at_once(tmp_path):
     cluster = fake_cluster(tmp_path)
     with node_like(cluster) as (record, worker):
@@ -226,6 +227,7 @@ def test_kill_node_kills_the_whole_session_at_once(tmp_path):
             ray_local.kill_node(tmp_path, "x")
 
 
+@pytest.mark.integration
 def test_remove_node_stops_the_leader_then_what_left_its_group(tmp_path):
     cluster = fake_cluster(tmp_path)
     with node_like(cluster, "signal.signal(signal.SIGTERM, signal.SIG_IGN); ") as (record, worker):
@@ -234,6 +236,7 @@ def test_remove_node_stops_the_leader_then_what_left_its_group(tmp_path):
         assert DaemonSet(tmp_path).record("ray_node_x") is None
 
 
+@pytest.mark.integration
 def test_down_stops_added_nodes_too(tmp_path):
     cluster = fake_cluster(tmp_path)
     with node_like(cluster) as (record, worker):

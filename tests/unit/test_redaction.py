@@ -134,6 +134,7 @@ def test_write_config_redacts_the_file_but_returns_the_real_values(tmp_path: Pat
     assert "PASSWORD" not in text and text.count("http://u:***@127.0.0.1:9") == 2  # engine.url and _run.overrides
 
 
+@pytest.mark.integration
 def test_job_writes_and_logs_no_password(tmp_path: Path) -> None:
     """The endpoint job of the issue: before the fix six files of the folder held the password."""
     folder = tmp_path / "job"
@@ -159,6 +160,7 @@ def test_job_writes_and_logs_no_password(tmp_path: Path) -> None:
     assert "http://user:***@127.0.0.1:9" in err.read_text()  # the one-line error still names the URL
 
 
+@pytest.mark.integration
 def test_multirun_prints_and_writes_no_password(tmp_path: Path) -> None:
     """A multirun: Hydra prints each job's overrides (escaped) and saves multirun.yaml beside the jobs."""
     results = tmp_path / "results"

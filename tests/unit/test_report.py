@@ -30,8 +30,8 @@ from figures.claims.base import (
 )
 from figures.report import NOT_RUN, evaluate, find_latest_jobs, main, write_report
 from figures.study_tables import THRESHOLD_COLUMN, JobFolder
-from harness.result_files import CAPACITY_FILE, SLO_CROSSING_FILE
 from harness.studies.sim_sweep import capacity_table
+from vocab.result_files import CAPACITY_FILE, SLO_CROSSING_FILE
 
 CLAIMS_BY_KEY = {c.key: c for c in CLAIMS}
 PRESETS = Path(__file__).resolve().parents[2] / "conf" / "experiment"

@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from harness.records import RequestRecord, RequestStatus, RunSummary
 from harness.results import RunFolder, load_records, read_summary, records_frame
+from vocab.records import RequestRecord, RequestStatus, RunSummary
 
 
 def make_record(i: int, status: RequestStatus = RequestStatus.OK) -> RequestRecord:

@@ -57,6 +57,7 @@ def test_figure_and_its_data_are_written_atomically(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["curve.csv", "curve.png"]
 
 
+@pytest.mark.integration
 def test_publish_failure_after_an_ok_job_is_recorded(tmp_path: Path) -> None:
     """A W&B that cannot be used (here its import fails) after the results are written: the summary says
     ``failed`` with the publish reason but keeps the metrics and files, and the exit status is non-zero."""

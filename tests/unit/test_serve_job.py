@@ -4,19 +4,17 @@ last point's records written in the background."""
 
 from __future__ import annotations
 
-import threading
-
 import pandas as pd
 import pytest
 
 from figures.serving import plot_latency_vs_rate
 from harness.config import Config
-from harness.errors import ConfigError
-from harness.records import RequestRecord, RequestStatus
-from harness.result_files import POINTS_FILE, REQUESTS_FILE
 from harness.results import RunFolder, load_records
 from harness.serve_job import run_serve
 from systems.contract import DeploymentError, EngineResult
+from vocab.errors import ConfigError
+from vocab.records import RequestRecord, RequestStatus
+from vocab.result_files import POINTS_FILE, REQUESTS_FILE
 
 
 class ScriptedDeployment:
@@ -122,26 +120,13 @@ def test_rate_sweep_needs_a_rate_driven_arrival(make_cfg):
 
 
 def test_the_serving_figure_is_drawn_from_points_csv_alone(make_cfg, tmp_path):
-    """``job=serve`` draws its figure while ``requests.parquet`` may still be written (run_serve_job)."""
     run_serve(make_cfg([2.0, 8.0]), RunFolder(tmp_path), lambda cfg, folder: ScriptedDeployment())
     (tmp_path / REQUESTS_FILE).unlink()
     assert {p.name for p in plot_latency_vs_rate(tmp_path)} == {"latency_vs_rate.png", "latency_vs_rate.csv"}
 
 
-def test_records_written_in_the_background_are_the_same_file(make_cfg, tmp_path):
-    waited, deferred = tmp_path / "waited", tmp_path / "deferred"
-    run_serve(make_cfg([2.0, 8.0]), RunFolder(waited), lambda cfg, folder: ScriptedDeployment())
-    folder = RunFolder(deferred)
-    run_serve(make_cfg([2.0, 8.0]), folder, lambda cfg, f: ScriptedDeployment(), wait_for_writes=False)
-    assert (deferred / POINTS_FILE).is_file()
-    folder.wait_for_writes()
-    assert (deferred / REQUESTS_FILE).read_bytes() == (waited / REQUESTS_FILE).read_bytes()
-    assert (deferred / POINTS_FILE).read_bytes() == (waited / POINTS_FILE).read_bytes()
-
-
 def test_a_last_point_that_fails_after_its_records_keeps_them(make_cfg, tmp_path, monkeypatch):
-    """The last point's records start their write before it is summarised; a failure in its summary still
-    leaves them written, and the write ended, when run_serve raises."""
+    """A failure in the last point's summary still leaves the records measured written when run_serve raises."""
     import harness.serve_job as serve_job
 
     calls = []
@@ -156,27 +141,26 @@ def test_a_last_point_that_fails_after_its_records_keeps_them(make_cfg, tmp_path
     monkeypatch.setattr(serve_job, "summarize", summarize)
     with pytest.raises(RuntimeError, match="summary failed"):
         run_serve(make_cfg([2.0, 8.0]), RunFolder(tmp_path), lambda cfg, folder: ScriptedDeployment())
-    assert not [t for t in threading.enumerate() if t.name == f"write {REQUESTS_FILE}"]
     assert pd.read_parquet(tmp_path / REQUESTS_FILE)["point"].unique().tolist() == [0, 1]
     assert len(pd.read_csv(tmp_path / POINTS_FILE)) == 1
 
 
-def test_a_failed_background_write_fails_the_job(compose, tmp_path, monkeypatch):
+@pytest.mark.integration
+def test_a_failed_write_fails_the_job(compose, tmp_path, monkeypatch):
     """``python -m harness job=serve``: a ``requests.parquet`` that cannot be written (disk full) ends the
-    job ``failed`` with the reason, although the job itself returned."""
+    job ``failed`` with the reason, and no partial file is left."""
     import json
 
     from harness.app import JobContext, run_job
-    from harness.tables import Table
 
-    real_write_parquet = Table.write_parquet
+    real_to_parquet = pd.DataFrame.to_parquet
 
-    def write_parquet(self, path):
+    def to_parquet(self, path, *args, **kwargs):
         if f".{REQUESTS_FILE}." in str(path):
             raise OSError(28, "No space left on device")
-        return real_write_parquet(self, path)
+        return real_to_parquet(self, path, *args, **kwargs)
 
-    monkeypatch.setattr(Table, "write_parquet", write_parquet)
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", to_parquet)
     overrides = [*WORKLOAD, "engine=sim", "figures=false"]
     ctx = JobContext(folder=RunFolder(tmp_path), experiment="e", job="job", choices={}, overrides=overrides)
     with pytest.raises(OSError, match="No space left"):

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import ConfigError
 from harness.results import RunFolder
 from systems.contract import DeploymentError
 from systems.deployments import sglang as sglang_deployment
@@ -27,6 +26,7 @@ from systems.launch.sglang_commands import (
     server_env,
     server_tmp_dir,
 )
+from vocab.errors import ConfigError
 
 
 @pytest.fixture

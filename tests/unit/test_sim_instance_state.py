@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.records import RequestStatus
 from systems.policies.pd import PDScheduler
-from systems.sim.cluster import Cluster
-from systems.sim.cluster_setup import ClusterSetup, PoolSetup
-from tests.unit.test_sim_cluster import HW, LINK, SHAPE, LinearPerf, colocated, spec
+from systems.sim.deployment_setup import DeploymentSetup, PoolSetup
+from systems.sim.simulation import Simulation
+from tests.unit.test_sim_simulation import HW, LINK, SHAPE, LinearPerf, colocated, spec
+from vocab.records import RequestStatus
 
 
 class CheckingPerf(LinearPerf):
@@ -45,8 +45,8 @@ class CheckingPerf(LinearPerf):
         return super().decode_step_time_s(batch_size, sum_context)
 
 
-def _run(setup: ClusterSetup, perfs: list[CheckingPerf], specs: list) -> Any:
-    cluster = Cluster(setup)
+def _run(setup: DeploymentSetup, perfs: list[CheckingPerf], specs: list) -> Any:
+    cluster = Simulation(setup)
     for perf in perfs:
         perf.instances = cluster.instances
     sim = cluster.run(specs)
@@ -71,7 +71,7 @@ def test_colocated_with_preemptions_and_a_failure() -> None:
 @pytest.mark.parametrize("chunked", [True, False])
 def test_disaggregated_decodes_under_kv_pressure(chunked: bool) -> None:
     prefill, decode = CheckingPerf(), CheckingPerf(capacity=2500)
-    setup = ClusterSetup("distserve", (PoolSetup("prefill", 2, SHAPE, prefill, HW), PoolSetup("decode", 2, SHAPE, decode, HW)),
+    setup = DeploymentSetup("distserve", (PoolSetup("prefill", 2, SHAPE, prefill, HW), PoolSetup("decode", 2, SHAPE, decode, HW)),
                          LINK, scheduler=PDScheduler("load_balancing"), max_num_seqs=8, max_num_batched_tokens=256,
                          chunked_prefill=chunked)
     sim = _run(setup, [prefill, decode], [spec(i, i * 0.005, 300 + 7 * (i % 5), 150) for i in range(120)])

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from harness.errors import ConfigError
-from systems.sim.cluster import MAX_SAMPLE_TIMES, Cluster
-from tests.unit.test_sim_cluster import colocated, run, spec
+from systems.sim.simulation import MAX_SAMPLE_TIMES, Simulation
+from tests.unit.test_sim_simulation import colocated, run, spec
+from vocab.errors import ConfigError
 from workloads.arrivals import arrival_times
 from workloads.config import CV_RANGE, RATE_RPS_RANGE, TIME_SCALE_RANGE, ArrivalConfig
 from workloads.errors import WorkloadConfigError
@@ -47,7 +47,7 @@ def test_a_long_drain_thins_the_samples_and_keeps_them_even() -> None:
 
 def test_a_non_finite_arrival_is_refused_by_the_simulator() -> None:
     with pytest.raises(ValueError, match="request 0: arrival_s must be a finite time"):
-        Cluster(colocated()).run([spec(0, math.inf, 100, 2)])
+        Simulation(colocated()).run([spec(0, math.inf, 100, 2)])
 
 
 @pytest.mark.parametrize(("key", "value", "bounds"), [

@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from harness.errors import ConfigError
-from harness.records import RequestSpec
 from systems.config import ModelConfig
 from systems.engine_config import SimEngineConfig
 from systems.hardware_catalog import CONF_DIR, load_hardware
@@ -22,6 +20,8 @@ from systems.sim.perf.peer_timing import (
 )
 from systems.sim.perf.registry import build_perf_model
 from systems.sim.perf.splitwise_profile import ProfileRow, SplitwiseProfileModel
+from vocab.errors import ConfigError
+from vocab.records import RequestSpec
 
 
 def load_model(name: str) -> ModelConfig:
@@ -126,11 +126,11 @@ def test_bad_values_and_splitwise_sim_on_another_model_are_rejected():
 
 def _run(overrides: list[str]):
     from harness.studies.variants import compose_variant
-    from systems.sim.simulation import SimulatedCluster
+    from systems.sim.simulated_deployment import SimulatedDeployment
 
     cfg = compose_variant(["system=distserve", "model=opt_13b", "hardware=a100_80gb", "engine.perf_model=distserve",
                            "engine.progress=false", *overrides])
-    cluster = SimulatedCluster(cfg)
+    cluster = SimulatedDeployment(cfg)
     specs = [RequestSpec(i, 0.5 * i, 400 + 50 * i, 20) for i in range(4)]
     _, run = cluster.run(specs)
     return cluster, run.records()

@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-from harness.errors import ConfigError
 from systems.config import HardwareConfig
 from systems.hardware_catalog import CONF_DIR, known_hardware, load_hardware
+from vocab.errors import ConfigError
 
 REQUIRED = {"a100_80gb", "h100_80gb", "h100_80gb_pcap", "h200", "a800_80gb", "h800_80gb", "a40", "l40", "cpu_host"}
 

@@ -11,9 +11,7 @@ import pandas as pd
 import pytest
 
 from harness.capacity import RateSearch
-from harness.errors import ConfigError
 from harness.metrics import summarize
-from harness.records import RequestSpec
 from harness.results import RunFolder
 from harness.slo import SLOConfig
 from harness.studies.placement_algorithm import (
@@ -29,9 +27,11 @@ from harness.studies.placement_algorithm import (
 )
 from systems.config import HardwareConfig
 from systems.policies.pd import PDScheduler
-from systems.sim.cluster_setup import ClusterSetup, PoolSetup
+from systems.sim.deployment_setup import DeploymentSetup, PoolSetup
 from systems.sim.links import LinkSpec
 from systems.sim.perf.base import InstanceShape, PerfModel
+from vocab.errors import ConfigError
+from vocab.records import RequestSpec
 
 HW = HardwareConfig(name="test", peak_tflops_bf16=1.0, mem_bandwidth_gbps=1.0, mem_gib=1.0, devices_per_node=4)
 LINK = LinkSpec("test", bandwidth_gbps=100.0, latency_s=0.0, efficiency=1.0)
@@ -110,8 +110,8 @@ def make_sim(speedups: dict[int, float], specs: list[RequestSpec] | None = None)
             raise ValueError(f"no profile for tp={shape.tp}")
         return ScaledPerf(speedups[shape.tp])
 
-    def make_setup(pools: tuple[PoolSetup, ...]) -> ClusterSetup:
-        return ClusterSetup("distserve", pools, LINK, scheduler=PDScheduler("load_balancing"), prefix_caching=False)
+    def make_setup(pools: tuple[PoolSetup, ...]) -> DeploymentSetup:
+        return DeploymentSetup("distserve", pools, LINK, scheduler=PDScheduler("load_balancing"), prefix_caching=False)
 
     return PlacementSimulator(specs or unit_specs(), HW, perf_for, make_setup, TTFT_S, TPOT_S)
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from harness.metrics import RecordColumns, extract_columns
-from harness.records import RecordFieldColumns
-from harness.results import columns_table, records_table
-from systems.sim.cluster import Cluster
+from harness.results import columns_frame, records_frame
 from systems.sim.record_columns import LazyRecords, record_columns
+from systems.sim.simulation import Simulation
 from tests.unit.test_sim_scale_end_to_end import _setup, _specs
+from vocab.records import RecordFieldColumns
 
 DESIGNS = ["colocated-least_outstanding", "colocated-least_outstanding-tight", "mooncake-conductor",
            "mooncake-conductor-tight", "splitwise-dynamic", "splitwise-dynamic-tight"]
@@ -56,7 +56,7 @@ def _columns(requests, shift_s: float = 0.0) -> RecordColumns:
 
 @pytest.fixture(scope="module", params=DESIGNS)
 def run(request):
-    return Cluster(_setup(request.param)).run(_specs())
+    return Simulation(_setup(request.param)).run(_specs())
 
 
 def test_columns_equal_the_records_columns(run) -> None:
@@ -64,7 +64,7 @@ def test_columns_equal_the_records_columns(run) -> None:
 
 
 def test_the_runs_cover_preemptions_failures_and_requests_without_tokens() -> None:
-    tight = Cluster(_setup("colocated-least_outstanding-tight")).run(_specs())
+    tight = Simulation(_setup("colocated-least_outstanding-tight")).run(_specs())
     columns = _columns(tight.requests)
     assert tight.info["preemptions"] > 0
     assert set(columns.columns["status"].tolist()) >= {"ok", "failed"}
@@ -87,28 +87,28 @@ def test_shifted_columns_equal_the_shifted_records(run, shift_s: float) -> None:
 def test_the_requests_table_from_columns_is_the_records_table(run) -> None:
     records = run.records()
     extracted = extract_columns(records)
-    from_columns = columns_table(_columns(run.requests))
-    assert from_columns is not None
+    frame = columns_frame(_columns(run.requests))
+    assert frame is not None
+    expected = records_frame(records, extracted.chunk_times_s)
     written = []
-    for table in (records_table(records, extracted.chunk_times_s, extracted.extra), from_columns):
+    for table in (expected, frame):
         buffer = io.BytesIO()
-        table.write_parquet(buffer)
+        table.to_parquet(buffer, index=False)
         written.append(buffer.getvalue())
     assert written[0] == written[1]
-    frame, expected = from_columns.to_pandas(), records_table(records).to_pandas()
     assert list(frame.columns) == list(expected.columns)
     assert frame.drop(columns="chunk_times_s").equals(expected.drop(columns="chunk_times_s"))
     assert [list(x) for x in frame["chunk_times_s"]] == [list(x) for x in expected["chunk_times_s"]]
 
 
 def test_no_table_from_columns_without_token_times() -> None:
-    run = Cluster(_setup("colocated-least_outstanding")).run([])
-    assert columns_table(_columns(run.requests)) is None
+    run = Simulation(_setup("colocated-least_outstanding")).run([])
+    assert columns_frame(_columns(run.requests)) is None
 
 
 def test_lazy_records_are_made_once_and_only_when_read() -> None:
     made = []
-    records = tuple(Cluster(_setup("colocated-least_outstanding")).run(_specs(20)).records())
+    records = tuple(Simulation(_setup("colocated-least_outstanding")).run(_specs(20)).records())
 
     def make() -> tuple:
         made.append(1)

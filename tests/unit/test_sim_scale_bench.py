@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from harness.bench import sim_scale_bench as bench
+from benchmarks import sim_scale_bench as bench
 
 VALGRIND_TAIL = """==4242==
 ==4242== I   refs:      10,410,375,293
@@ -26,7 +26,7 @@ def test_output_without_a_count_is_an_error_that_shows_it() -> None:
 def test_the_valgrind_command_runs_one_case_under_cachegrind_without_its_cache_model() -> None:
     cmd = bench.valgrind_command("mooncake", 1024, 20_480, 1, "columns", valgrind="/usr/bin/valgrind")
     assert cmd[:4] == ["/usr/bin/valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
-    assert cmd[4:7] == [sys.executable, "-m", "harness.bench.sim_scale_bench"]
+    assert cmd[4:7] == [sys.executable, "-m", "benchmarks.sim_scale_bench"]
     args = cmd[7:]
     assert dict(zip(args[::2], args[1::2], strict=True)) == {
         "--case": "mooncake", "--instances": "1024", "--case-requests": "20480", "--simulate-first": "1",
@@ -64,6 +64,7 @@ def test_a_reference_checkout_must_be_this_project_with_its_virtualenv(tmp_path)
     assert found.root == tmp_path.resolve() and found.python == str(tmp_path.resolve() / ".venv" / "bin" / "python")
 
 
+@pytest.mark.integration
 def test_a_failing_reference_case_exits_with_its_error(tmp_path) -> None:
     python = tmp_path / "python"
     python.write_text("#!/bin/sh\necho 'no such module' >&2\nexit 3\n")

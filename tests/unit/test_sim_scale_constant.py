@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.records import RequestRecord, RequestStatus
 from systems.hardware_catalog import load_hardware
 from systems.policies.cache_aware import BlockLRU
 from systems.sim.events import EventQueue
@@ -26,6 +25,7 @@ from systems.sim.perf.splitwise_profile import SplitwiseProfileModel
 from systems.sim.request import _build_record
 from tests.unit.test_perf_fitted_profile import TINY, make_profile
 from tests.unit.test_sim_perf_roofline import load_model
+from vocab.records import RequestRecord, RequestStatus
 
 
 def _array_ends(m: PerfModel, b: int, c: int, n: int, now: float) -> list[float]:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.records import RequestSpec
 from systems.policies import build_policy
 from systems.policies.pd import PDScheduler
-from systems.sim.cluster import Cluster
-from systems.sim.cluster_setup import ClusterSetup, KVPoolSetup, PoolSetup
+from systems.sim.deployment_setup import DeploymentSetup, KVPoolSetup, PoolSetup
 from systems.sim.links import LinkSpec
+from systems.sim.simulation import Simulation
 from tests.unit.test_sim_scale_indexes import (
     HW,
     LINK,
@@ -22,6 +21,7 @@ from tests.unit.test_sim_scale_indexes import (
     _mixed_for_prompt_scan,
     _pick_decode_scan,
 )
+from vocab.records import RequestSpec
 
 
 def _specs(n: int = 400, seed: int = 0) -> list[RequestSpec]:
@@ -40,36 +40,36 @@ def _specs(n: int = 400, seed: int = 0) -> list[RequestSpec]:
     return out
 
 
-def _setup(design: str) -> ClusterSetup:
+def _setup(design: str) -> DeploymentSetup:
     # "tight": KV for about one long prompt per instance: preemptions, and prompts that never fit fail
     perf = StepPerf(capacity=(850 if design.startswith("colocated") else 1500) if design.endswith("tight") else 6000,
                     quantum=1e-4)
     pool = KVPoolSetup(2000, 10.0, LinkSpec("r", 10.0, 0.0, 1.0), 2)
     if design.startswith("colocated"):
         router = build_policy(design.split("-")[1])
-        return ClusterSetup("vllm_baseline", (PoolSetup("colocated", 24, SHAPE, perf, HW),), LINK, router=router)
+        return DeploymentSetup("vllm_baseline", (PoolSetup("colocated", 24, SHAPE, perf, HW),), LINK, router=router)
     if design.startswith("mooncake"):
         policy = design.split("-")[1]
-        return ClusterSetup("mooncake", (PoolSetup("prefill", 20, SHAPE, perf, HW), PoolSetup("decode", 12, SHAPE, perf, HW)),
+        return DeploymentSetup("mooncake", (PoolSetup("prefill", 20, SHAPE, perf, HW), PoolSetup("decode", 12, SHAPE, perf, HW)),
                             LINK, scheduler=PDScheduler(policy, kvcache_balancing_threshold=1.5), kv_pool=pool)
     mixed = design.split("-")[1]
-    return ClusterSetup("splitwise", (PoolSetup("prefill", 12, SHAPE, perf, HW), PoolSetup("decode", 10, SHAPE, perf, HW),
+    return DeploymentSetup("splitwise", (PoolSetup("prefill", 12, SHAPE, perf, HW), PoolSetup("decode", 10, SHAPE, perf, HW),
                                       PoolSetup("mixed", 2, SHAPE, perf, HW)),
                         LINK, scheduler=PDScheduler("load_balancing"), mixed_pool=mixed, mixed_prompt_queue_tokens=300,
                         mixed_overflow_queue_s=0.01)
 
 
-def _records(setup: ClusterSetup, specs: list[RequestSpec]) -> tuple[list[str], dict]:
+def _records(setup: DeploymentSetup, specs: list[RequestSpec]) -> tuple[list[str], dict]:
     """Every record as its repr (exact floats, and NaN equal to NaN), and the run's counters."""
-    run = Cluster(setup).run(specs)
+    run = Simulation(setup).run(specs)
     return [repr(r.to_record()) for r in run.requests], run.info
 
 
 def _scan_everything(monkeypatch) -> None:
     """Every choice as the linear scan it was (the reference implementations of test_sim_scale_indexes)."""
-    original_arrive = Cluster._arrive
+    original_arrive = Simulation._arrive
 
-    def arrive(self: Cluster, now: float, req) -> None:
+    def arrive(self: Simulation, now: float, req) -> None:
         router = self.setup.router
         if router is not None and not hasattr(router, "_scanning"):
             choose = router.choose
@@ -77,29 +77,30 @@ def _scan_everything(monkeypatch) -> None:
             router._scanning = True
         original_arrive(self, now, req)
 
-    def pick_decode(self: Cluster, prompt: int):
+    def pick_decode(self: Simulation, prompt: int):
         target, lent = _pick_decode_scan(self, set(self.lent), prompt)
         self.lent = lent
         return target
 
-    def mixed_for_prompt(self: Cluster, inst, req):
+    def mixed_for_prompt(self: Simulation, inst, req):
         target, lent = _mixed_for_prompt_scan(self, set(self.lent), inst, req.prompt)
         self.lent = lent
         return target
 
-    monkeypatch.setattr(Cluster, "_arrive", arrive)
-    monkeypatch.setattr(Cluster, "_candidates", lambda self, req: _candidates_scan(self, req))
-    monkeypatch.setattr(Cluster, "_fastest_decode", lambda self, prompt: _fastest_decode_scan(self, prompt))
-    monkeypatch.setattr(Cluster, "_pick_decode", pick_decode)
-    monkeypatch.setattr(Cluster, "_mixed_for_prompt", mixed_for_prompt)
+    monkeypatch.setattr(Simulation, "_arrive", arrive)
+    monkeypatch.setattr(Simulation, "_candidates", lambda self, req: _candidates_scan(self, req))
+    monkeypatch.setattr(Simulation, "_fastest_decode", lambda self, prompt: _fastest_decode_scan(self, prompt))
+    monkeypatch.setattr(Simulation, "_pick_decode", pick_decode)
+    monkeypatch.setattr(Simulation, "_mixed_for_prompt", mixed_for_prompt)
 
 
 @pytest.mark.parametrize("design", ["colocated-least_outstanding", "colocated-cache_aware",
                                     "colocated-least_outstanding-tight", "mooncake-conductor",
                                     "mooncake-prefix_match", "mooncake-local_cache_aware", "mooncake-conductor-tight",
                                     "splitwise-dynamic", "splitwise-dedicated", "splitwise-dynamic-tight"])
+@pytest.mark.integration
 def test_indexed_simulation_equals_the_scanning_one(design: str, monkeypatch, ran_on_sources: bool) -> None:
-    if ran_on_sources:  # the scans patch Cluster's methods: on the Python sources only (tests/conftest.py)
+    if ran_on_sources:  # the scans patch Simulation's methods: on the Python sources only (tests/conftest.py)
         return
     specs = _specs()
     indexed, info = _records(_setup(design), specs)

@@ -13,19 +13,19 @@ from collections import deque
 import numpy as np
 import pytest
 
-from harness.records import RequestSpec
 from systems.config import HardwareConfig
 from systems.policies.base import IndexedLoads, InstanceLoad, OutstandingIndex, RouteRequest, TieBreaker
 from systems.policies.cache_aware import CacheAwarePolicy
 from systems.policies.pd import PDScheduler
 from systems.policies.simple import LeastOutstandingPolicy
-from systems.sim.cluster import Cluster
-from systems.sim.cluster_setup import ClusterSetup, KVPoolSetup, PoolSetup
+from systems.sim.deployment_setup import DeploymentSetup, KVPoolSetup, PoolSetup
 from systems.sim.keys import request_keys
 from systems.sim.links import LinkSpec
 from systems.sim.load_index import BatchBuckets, SortedPool, run_levels
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.request import SimRequest
+from systems.sim.simulation import Simulation
+from vocab.records import RequestSpec
 
 HW = HardwareConfig(name="test", peak_tflops_bf16=1.0, mem_bandwidth_gbps=1.0, mem_gib=1.0)
 SHAPE = InstanceShape("test")
@@ -209,10 +209,10 @@ def _set_load(inst, rng, capacity: int) -> None:
     inst.touch()
 
 
-def _fastest_decode_scan(cluster: Cluster, prompt: int):
+def _fastest_decode_scan(cluster: Simulation, prompt: int):
     best, best_step = None, math.inf
     for d in cluster.by_role["decode"]:
-        free = d.capacity - d.kv_used - d.pending_ctx - prompt - 1
+        free = d.kv_capacity - d.kv_used - d.pending_ctx - prompt - 1
         step = d.step_estimate_s(1, prompt + 1)
         if free >= 0 and step < best_step:
             best, best_step = d, step
@@ -223,9 +223,9 @@ def _fastest_decode_scan(cluster: Cluster, prompt: int):
                          ids=["linear", "flat-in-context", "plateaus", "cheaper-large-batches"])
 def test_decode_choice_equals_the_scan(perf: StepPerf) -> None:
     rng = np.random.default_rng(6)
-    setup = ClusterSetup("distserve", (PoolSetup("prefill", 2, SHAPE, perf, HW), PoolSetup("decode", 30, SHAPE, perf, HW)),
+    setup = DeploymentSetup("distserve", (PoolSetup("prefill", 2, SHAPE, perf, HW), PoolSetup("decode", 30, SHAPE, perf, HW)),
                          LINK, scheduler=PDScheduler("round_robin"))
-    cluster = Cluster(setup)
+    cluster = Simulation(setup)
     assert cluster._decode_steps is not None  # the bucketed choice, not the scan fallback
     decodes = cluster.by_role["decode"]
     for _ in range(400):
@@ -236,7 +236,7 @@ def test_decode_choice_equals_the_scan(perf: StepPerf) -> None:
         assert cluster._fastest_decode(prompt) is _fastest_decode_scan(cluster, prompt)
 
 
-def _candidates_scan(cluster: Cluster, req: SimRequest) -> list:
+def _candidates_scan(cluster: Simulation, req: SimRequest) -> list:
     """The grouping scan the holder sets replaced: per (model, local prefix, HBM prefix), the shortest queue
     (then, for load_balancing, the fewest outstanding), then the lowest index."""
     by_outstanding = cluster.setup.scheduler.policy == "load_balancing"
@@ -259,9 +259,9 @@ def test_prefill_candidates_equal_the_grouping_scan(policy: str, two_models: boo
     if two_models:  # built in code only: a second pool of prefill instances with their own model
         pools = (PoolSetup("prefill", 22, SHAPE, perf, HW), PoolSetup("prefill", 19, SHAPE, other, HW),
                  PoolSetup("decode", 2, SHAPE, perf, HW))
-    setup = ClusterSetup("mooncake", pools, LINK, scheduler=PDScheduler(policy),
+    setup = DeploymentSetup("mooncake", pools, LINK, scheduler=PDScheduler(policy),
                          kv_pool=KVPoolSetup(1000, 10.0, LinkSpec("r", 10.0, 0.0, 1.0), 2))
-    cluster = Cluster(setup)
+    cluster = Simulation(setup)
     assert cluster._prefill_queue is not None
     cluster._size_caches(100)  # HBM: 30 blocks, DRAM: 10 blocks per node
     prefills = cluster.by_role["prefill"]
@@ -291,26 +291,26 @@ def test_prefill_candidates_equal_the_grouping_scan(policy: str, two_models: boo
 
 
 def _kv_room(inst, prompt: int) -> bool:
-    return inst.capacity - inst.kv_used - inst.pending_ctx - prompt - 1 >= 0
+    return inst.kv_capacity - inst.kv_used - inst.pending_ctx - prompt - 1 >= 0
 
 
 def _pending_tokens(inst) -> int:
     return inst.queued_tokens + len(inst.running) + len(inst.pending)
 
 
-def _queue_long(cluster: Cluster, inst, prompt: int) -> bool:
+def _queue_long(cluster: Simulation, inst, prompt: int) -> bool:
     return bool(inst.waiting or inst.pending) and _pending_tokens(inst) + prompt > cluster.setup.mixed_prompt_queue_tokens
 
 
-def _members_scan(cluster: Cluster, lent: set[int]) -> list:
+def _members_scan(cluster: Simulation, lent: set[int]) -> list:
     return [*cluster.by_role["mixed"], *(cluster.instances[i] for i in sorted(lent))]
 
 
-def _returned_scan(cluster: Cluster, lent: set[int]) -> set[int]:
+def _returned_scan(cluster: Simulation, lent: set[int]) -> set[int]:
     return {i for i in lent if cluster.instances[i].busy or cluster.instances[i].outstanding}
 
 
-def _pick_decode_scan(cluster: Cluster, lent: set[int], prompt: int):
+def _pick_decode_scan(cluster: Simulation, lent: set[int], prompt: int):
     """The decode choice as it scanned: (instance, lent set after)."""
     decodes = cluster.by_role["decode"]
     dynamic = cluster.setup.mixed_pool == "dynamic"
@@ -320,29 +320,29 @@ def _pick_decode_scan(cluster: Cluster, lent: set[int], prompt: int):
     for d in decodes:
         if dynamic and d.index in lent:
             continue
-        free = d.capacity - d.kv_used - d.pending_ctx - prompt - 1
-        score = d.capacity - free if dynamic else d.step_estimate_s(1, prompt + 1)
+        free = d.kv_capacity - d.kv_used - d.pending_ctx - prompt - 1
+        score = d.kv_capacity - free if dynamic else d.step_estimate_s(1, prompt + 1)
         if free >= 0 and score < best_score:
             best, best_score = d, score
     if best is None and dynamic:
         members = _members_scan(cluster, lent)
         if members:
-            m = min(members, key=lambda m: (m.kv_used / m.capacity, m.index))
+            m = min(members, key=lambda m: (m.kv_used / m.kv_capacity, m.index))
             if _kv_room(m, prompt):
                 return m, lent
         free = [p for p in cluster.by_role["prefill"] if p.index not in lent]
         if free:
-            lend = min(free, key=lambda p: (p.kv_used / p.capacity, p.index))
+            lend = min(free, key=lambda p: (p.kv_used / p.kv_capacity, p.index))
             if _kv_room(lend, prompt):
                 return lend, lent | {lend.index}
     elif best is None and cluster.by_role["mixed"]:
-        return min(cluster.by_role["mixed"], key=lambda m: (m.kv_used / m.capacity, m.index)), lent
+        return min(cluster.by_role["mixed"], key=lambda m: (m.kv_used / m.kv_capacity, m.index)), lent
     if best is None:
         best = min(decodes, key=lambda d: (d.kv_used + len(d.pending), d.index))
     return best, lent
 
 
-def _mixed_for_prompt_scan(cluster: Cluster, lent: set[int], inst, prompt: int):
+def _mixed_for_prompt_scan(cluster: Simulation, lent: set[int], inst, prompt: int):
     if not _queue_long(cluster, inst, prompt):
         return None, lent
     lent = _returned_scan(cluster, lent)
@@ -366,9 +366,9 @@ def test_mixed_pool_choices_equal_the_scans(mixed_pool: str, n_mixed: int) -> No
     pools = [PoolSetup("prefill", 20, SHAPE, perf, HW), PoolSetup("decode", 20, SHAPE, perf, HW)]
     if n_mixed:
         pools.append(PoolSetup("mixed", n_mixed, SHAPE, perf, HW))
-    setup = ClusterSetup("splitwise", tuple(pools), LINK, scheduler=PDScheduler("load_balancing"),
+    setup = DeploymentSetup("splitwise", tuple(pools), LINK, scheduler=PDScheduler("load_balancing"),
                          mixed_pool=mixed_pool, mixed_prompt_queue_tokens=250)
-    cluster = Cluster(setup)
+    cluster = Simulation(setup)
     lent: set[int] = set()
     lends = 0
     for _ in range(500):

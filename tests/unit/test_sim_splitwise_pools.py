@@ -5,22 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import ConfigError
-from harness.records import RequestStatus
 from systems.policies import build_policy
 from systems.policies.pd import PDScheduler
-from systems.sim.cluster import Cluster
-from systems.sim.cluster_setup import ClusterSetup, PoolSetup
+from systems.sim.deployment_setup import DeploymentSetup, PoolSetup
 from systems.sim.links import LinkSpec
 from systems.sim.perf.base import InstanceShape
-from tests.unit.test_sim_cluster import HW, LINK, SHAPE, LinearPerf, run, spec
+from systems.sim.simulation import Simulation
+from tests.unit.test_sim_simulation import HW, LINK, SHAPE, LinearPerf, run, spec
+from vocab.errors import ConfigError
+from vocab.records import RequestStatus
 
 SHAPE8 = InstanceShape("test", tp=8)
 
 
 def splitwise(n_p: int = 1, n_d: int = 1, perf_p: LinearPerf | None = None, perf_d: LinearPerf | None = None,
-              shape: InstanceShape = SHAPE, **kw) -> ClusterSetup:
-    return ClusterSetup("splitwise", (PoolSetup("prefill", n_p, shape, perf_p or LinearPerf(), HW),
+              shape: InstanceShape = SHAPE, **kw) -> DeploymentSetup:
+    return DeploymentSetup("splitwise", (PoolSetup("prefill", n_p, shape, perf_p or LinearPerf(), HW),
                                       PoolSetup("decode", n_d, shape, perf_d or LinearPerf(), HW)),
                         LINK, scheduler=PDScheduler("load_balancing"), **kw)
 
@@ -85,21 +85,21 @@ def test_dynamic_pool_decodes_on_the_token_machine_with_least_kv_scheduled(mixed
 
 def test_lent_machines_return_once_idle():
     setup = splitwise(1, 2, mixed_pool="dynamic", mixed_prompt_queue_tokens=3000)
-    cluster = Cluster(setup)
+    cluster = Simulation(setup)
     cluster.run([spec(i, 0.0, 2000, 3) for i in range(6)] + [spec(6, 100.0, 2000, 3)])
     cluster._return_idle()
     assert cluster.lent == set()
 
 
 def test_dedicated_pool_is_unchanged_by_default():
-    assert ClusterSetup("splitwise", (), LINK).mixed_pool == "dedicated"
-    assert not ClusterSetup("splitwise", (), LINK).kv_link_per_gpu
+    assert DeploymentSetup("splitwise", (), LINK).mixed_pool == "dedicated"
+    assert not DeploymentSetup("splitwise", (), LINK).kv_link_per_gpu
     assert isinstance(LINK, LinkSpec)
 
 
 @pytest.mark.parametrize("prompt, joins", [(500, True), (2000, False)])
 def test_whole_prompts_mix_with_decodes_that_fit_the_budget(prompt, joins):
-    setup = ClusterSetup("vllm_baseline", (PoolSetup("colocated", 1, SHAPE, LinearPerf(), HW),), LINK,
+    setup = DeploymentSetup("vllm_baseline", (PoolSetup("colocated", 1, SHAPE, LinearPerf(), HW),), LINK,
                          router=build_policy("round_robin"), chunked_prefill=False, whole_prompts=True,
                          max_num_batched_tokens=1000)
     (a, b), _ = run(setup, [spec(0, 0.0, 100, 200), spec(1, 0.5, prompt, 2)])

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.records import RequestSpec, RequestStatus
 from systems.config import HardwareConfig
 from systems.policies import build_policy
-from systems.sim.cluster import Cluster
-from systems.sim.cluster_setup import ClusterSetup, PoolSetup
+from systems.sim.deployment_setup import DeploymentSetup, PoolSetup
 from systems.sim.links import LinkSpec
 from systems.sim.perf.base import InstanceShape, PerfModel
+from systems.sim.simulation import Simulation
+from vocab.records import RequestSpec, RequestStatus
 
 HW = HardwareConfig(name="test", peak_tflops_bf16=1.0, mem_bandwidth_gbps=1.0, mem_gib=1.0)
 SHAPE = InstanceShape("test")
@@ -42,12 +42,12 @@ class LinearPerf(PerfModel):
 
 
 def _run(chunked: bool):
-    setup = ClusterSetup("vllm_baseline", (PoolSetup("colocated", 1, SHAPE, LinearPerf(), HW),), LINK,
+    setup = DeploymentSetup("vllm_baseline", (PoolSetup("colocated", 1, SHAPE, LinearPerf(), HW),), LINK,
                          router=build_policy("round_robin"), prefix_caching=False, chunked_prefill=chunked,
                          max_num_batched_tokens=131072)
     specs = [RequestSpec(request_id=0, arrival_s=0.0, input_length=1000, output_length=50),
              RequestSpec(request_id=1, arrival_s=0.2, input_length=1000, output_length=5)]
-    run = Cluster(setup).run(specs)
+    run = Simulation(setup).run(specs)
     return [r.to_record() for r in run.requests]
 
 

@@ -12,10 +12,10 @@ import pytest
 from figures.calibration import plot_sim_vs_real
 from harness.calibrate import sim_vs_real as svr
 from harness.calibrate.job import build_profile
-from harness.errors import ConfigError
-from harness.result_files import CALIBRATION_FILE, STUDY_FILE
 from harness.results import RunFolder
-from tests.unit.test_host_capacity import QueueingDeployment
+from tests.unit.test_host_saturation import QueueingDeployment
+from vocab.errors import ConfigError
+from vocab.result_files import CALIBRATION_FILE, STUDY_FILE
 
 PRESET = "experiment=sim_vs_real_cpu"
 
@@ -45,11 +45,12 @@ def profile_path(compose, tmp_path):
 
 
 def small(compose, *extra: str):
-    overrides = [PRESET, "workload.num_groups=4", "workload.prompts_per_group=20", "sweep.capacity_requests=24",
+    overrides = [PRESET, "workload.num_groups=4", "workload.prompts_per_group=20", "sweep.saturation_requests=24",
                  "sweep.min_point_requests=20", "sweep.max_point_requests=40", "sweep.point_duration_s=2", *extra]
     return overrides, compose(overrides)
 
 
+@pytest.mark.integration
 def test_every_design_is_served_simulated_and_compared(compose, profile_path, tmp_path, monkeypatch) -> None:
     overrides, cfg = small(compose, f"sim_vs_real.profile={profile_path}", "~study.variants.mooncake",
                            "~study.variants.splitwise", "~sim_vs_real.design_sim_overrides.mooncake")
@@ -57,7 +58,7 @@ def test_every_design_is_served_simulated_and_compared(compose, profile_path, tm
     result = svr.run_sim_vs_real(cfg, RunFolder(tmp_path), lambda c, f: QueueingDeployment(slots=4))
     table = pd.read_csv(tmp_path / CALIBRATION_FILE)
     assert set(table["design"]) == {"vllm_baseline", "distserve"}
-    assert sorted(table["capacity_fraction"].unique().tolist()) == pytest.approx([0.3, 0.6])
+    assert sorted(table["saturation_fraction"].unique().tolist()) == pytest.approx([0.3, 0.6])
     assert "mean_kv_transfer_ms" in set(table[table["design"] == "distserve"]["metric"])
     assert "mean_kv_transfer_ms" not in set(table[table["design"] == "vllm_baseline"]["metric"])
     row = table[(table["design"] == "vllm_baseline") & (table["metric"] == "median_ttft_ms")].iloc[0]
@@ -71,6 +72,7 @@ def test_every_design_is_served_simulated_and_compared(compose, profile_path, tm
     assert {p.name for p in plot_sim_vs_real(tmp_path)} == {"sim_vs_real.png", "sim_vs_real.csv"}
 
 
+@pytest.mark.integration
 def test_a_profile_that_does_not_cover_the_workload_fails_before_any_server(compose, profile_path, tmp_path,
                                                                               monkeypatch) -> None:
     overrides, cfg = small(compose, f"sim_vs_real.profile={profile_path}", "workload.shared_prefix_len=3008")
@@ -84,7 +86,7 @@ def test_a_profile_that_does_not_cover_the_workload_fails_before_any_server(comp
 def test_goal_rows(compose) -> None:
     _, cfg = small(compose)
     point = svr.ServedPoint(rate_rps=2.0, requests=None, result=None, validity={"valid": True, "reasons": []},
-                            row={"capacity_fraction": 0.5})
+                            row={"saturation_fraction": 0.5})
     real = {m: 100.0 for m in svr.COMPARED} | {"mean_kv_transfer_ms": 10.0}
     sim = {m: 112.0 for m in svr.COMPARED} | {"mean_kv_transfer_ms": math.nan}
     colocated = svr.rows_for_point("b", False, point, real, sim, cfg)
@@ -97,9 +99,9 @@ def test_goal_rows(compose) -> None:
 
 
 def test_bad_settings_are_refused(compose, tmp_path, monkeypatch) -> None:
-    overrides, cfg = small(compose, "sweep.capacity_fractions=[]", "sweep.rates_rps=[1.0]")
+    overrides, cfg = small(compose, "sweep.saturation_fractions=[]", "sweep.rates_rps=[1.0]")
     monkeypatch.setattr(svr, "job_overrides", lambda: overrides)
-    with pytest.raises(ConfigError, match="sweep.capacity_fractions"):
+    with pytest.raises(ConfigError, match="sweep.saturation_fractions"):
         svr.run_sim_vs_real(cfg, RunFolder(tmp_path))
     overrides, cfg = small(compose, "+sim_vs_real.design_sim_overrides.nope=['engine.max_num_seqs=2']")
     with pytest.raises(ConfigError, match="nope not among study.variants"):
@@ -114,14 +116,14 @@ def test_the_report_shows_the_simulator_check(tmp_path) -> None:
 
     assert "Not run" in "\n".join(simulator_check_section({}))
     pd.DataFrame([
-        {"design": "vllm_baseline", "capacity_fraction": 0.3, "metric": "median_ttft_ms", "measured": 10.0,
+        {"design": "vllm_baseline", "saturation_fraction": 0.3, "metric": "median_ttft_ms", "measured": 10.0,
          "predicted": 11.0, "rel_error": 0.1, "valid": True, "within_goal": True},
-        {"design": "distserve", "capacity_fraction": 0.6, "metric": "median_tpot_ms", "measured": 4.0,
+        {"design": "distserve", "saturation_fraction": 0.6, "metric": "median_tpot_ms", "measured": 4.0,
          "predicted": 3.0, "rel_error": -0.25, "valid": False, "within_goal": False},
-        {"design": "distserve", "capacity_fraction": 0.6, "metric": "goodput_rps", "measured": 4.0,
+        {"design": "distserve", "saturation_fraction": 0.6, "metric": "goodput_rps", "measured": 4.0,
          "predicted": 4.0, "rel_error": 0.0, "valid": False, "within_goal": None},
     ]).to_csv(tmp_path / CALIBRATION_FILE, index=False)
     text = "\n".join(simulator_check_section({"sim_vs_real_cpu": JobFolder(tmp_path)}))
-    assert "| vllm_baseline | 30% of capacity | median_ttft_ms | 10 | 11 | +10% | yes |" in text
-    assert "| distserve | 60% of capacity | median_tpot_ms | 4 | 3 | -25% | INVALID point |" in text
+    assert "| vllm_baseline | 30% of saturation | median_ttft_ms | 10 | 11 | +10% | yes |" in text
+    assert "| distserve | 60% of saturation | median_tpot_ms | 4 | 3 | -25% | INVALID point |" in text
     assert "goodput" not in text

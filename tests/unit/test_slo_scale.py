@@ -7,9 +7,9 @@ import math
 import pandas as pd
 import pytest
 
-from harness.records import RequestRecord, RequestStatus
 from harness.slo import SLOConfig
 from harness.studies.slo_scale import crossing, crossing_table, scale_rows
+from vocab.records import RequestRecord, RequestStatus
 
 SCALES = [1.6, 1.4, 1.2, 1.0, 0.8, 0.6, 0.4]
 

@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.errors import ConfigError
 from harness.metrics import request_frame
 from harness.results import RunFolder
 from harness.studies.simulate import load_requests, point_workload, simulate
@@ -34,8 +33,9 @@ from harness.studies.splitwise_provisioning.slowdown import (
 from harness.studies.splitwise_provisioning.study import at_rate, choose, unit_rate_requests
 from harness.studies.variants import compose_variant
 from systems.hardware_catalog import load_hardware
-from systems.sim.cluster import Cluster
-from systems.sim.simulation import SimulatedCluster
+from systems.sim.simulated_deployment import SimulatedDeployment
+from systems.sim.simulation import Simulation
+from vocab.errors import ConfigError
 
 PRESET = "experiment=splitwise_provisioning"
 HW = ("a100_80gb", "h100_80gb", "h100_80gb_pcap")
@@ -180,7 +180,7 @@ def test_uncontended_run_on_the_reference_machine_has_slowdown_one(timing):
                            "engine.sample_interval_s=1e9", f"engine.token_phase_timing={timing}"])
     params = ProvisioningParams.from_mapping({})
     requests = at_rate(unit_rate_requests(cfg, 30), 1e-5)  # ~10^5 s apart: every request runs alone
-    point = simulate(SimulatedCluster(cfg), requests)
+    point = simulate(SimulatedDeployment(cfg), requests)
     values = slowdown_percentiles(request_frame(point.records), reference_model(cfg, params), params.quantiles)
     for key, value in values.items():
         assert value == pytest.approx(1.0, abs=1e-3), key
@@ -374,7 +374,7 @@ def test_full_budget_buys_the_papers_clusters(machines):
 
 def test_preset_kv_link_is_per_gpu():
     cfg = compose_variant([PRESET, "system=splitwise", "system.prefill_instances=1", "system.decode_instances=1"])
-    setup = SimulatedCluster(cfg).setup()
+    setup = SimulatedDeployment(cfg).setup()
     assert setup.kv_link_per_gpu and setup.mixed_pool == "dynamic" and setup.whole_prompts
-    nic = Cluster(setup).nics[0].spec
+    nic = Simulation(setup).nics[0].spec
     assert nic.bandwidth_gbps == pytest.approx(8 * 200 / 8)  # 8 GPUs x 200 Gbps = 200 GB/s per DGX-A100

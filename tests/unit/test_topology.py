@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import ConfigError
 from systems.config import SystemConfig
 from systems.policies import POLICY_NAMES, build_policy
 from systems.policies.pd import PD_POLICY_NAMES, PDScheduler
 from systems.router.cli import build_parser
-from systems.sim.simulation import SimulatedCluster
+from systems.sim.simulated_deployment import SimulatedDeployment
 from systems.topology import (
     ENGINES,
     ROUTER_ALIASES,
@@ -21,6 +20,7 @@ from systems.topology import (
     engine_router,
     topology_of,
 )
+from vocab.errors import ConfigError
 
 SGLANG_ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")  # what sglang_router runs
 COUNTS = {"vllm_baseline": {"colocated_instances": 2}, "mooncake": {"prefill_instances": 1, "decode_instances": 1},
@@ -111,7 +111,7 @@ def test_an_unknown_system_or_engine_names_the_key():
     ("distserve", "least_outstanding", "load_balancing"),
 ])
 def test_the_simulator_builds_what_the_topology_accepts(compose, system, router, built):
-    setup = SimulatedCluster(compose([f"system={system}", f"system.router={router}"])).setup()
+    setup = SimulatedDeployment(compose([f"system={system}", f"system.router={router}"])).setup()
     if setup.router is not None:
         assert type(setup.router).__name__ == built
     else:

@@ -8,9 +8,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from harness.metrics import summarize
-from harness.records import RequestRecord, RequestStatus
 from harness.slo import SLOConfig
 from harness.validity import ValidityConfig, assess_validity
+from vocab.records import RequestRecord, RequestStatus
 
 NAN = float("nan")
 

@@ -14,10 +14,7 @@ import pytest
 
 from figures.disagg_compare import comparison_table, variant_label
 from figures.report import write_report
-from harness.errors import ConfigError
 from harness.metrics import summarize
-from harness.records import RequestRecord, RequestStatus
-from harness.result_files import POINTS_FILE, STUDY_FILE
 from harness.results import RunFolder
 from harness.serve_job import run_serve
 from harness.slo import SLOConfig
@@ -25,6 +22,9 @@ from harness.studies.real_compare import _row
 from harness.studies.variants import compose_variant
 from harness.validity import ValidityConfig, assess_validity, host_interference_reasons, overload_check
 from tests.unit.test_validity_surfaced import ScriptedDeployment
+from vocab.errors import ConfigError
+from vocab.records import RequestRecord, RequestStatus
+from vocab.result_files import POINTS_FILE, STUDY_FILE
 
 NAN = float("nan")
 
@@ -96,18 +96,19 @@ def open_loop(rate: float, n: int = 60) -> list[float]:
     return [i / rate for i in range(n)]
 
 
+@pytest.mark.integration
 def test_queues_growing_through_the_run_is_overload() -> None:
     records = served(open_loop(4.0), service_s=1 / 2.9)  # offered 4 req/s to a 2.9 req/s server
-    block = overload_check(records, 4.0, capacity_rps=2.9)
+    block = overload_check(records, 4.0, saturation_rps=2.9)
     assert block["overloaded"] is True and block["checked"] is True
     assert block["completed_rate_rps"] == pytest.approx(2.9, rel=1e-6)
     assert block["last_third_ttft_ms"] > 3 * block["first_third_ttft_ms"]
     reason = block["reason"]
-    assert reason.startswith("overloaded: offered 4.0 req/s against a measured capacity of 2.9 req/s; TTFT grew "
+    assert reason.startswith("overloaded: offered 4.0 req/s against a measured saturation rate of 2.9 req/s; TTFT grew "
                              "from 1.2 s to 5.0 s through the run; ")  # the queue grew from the first request on
     assert "requests completed at 2.9 req/s, 28% short of the offered rate" in reason
     assert reason.endswith("read as a saturation point, not a latency result")
-    assert "capacity" not in overload_check(records, 4.0)["reason"]  # unknown capacity: not mentioned
+    assert "measured saturation rate" not in overload_check(records, 4.0)["reason"]  # unknown: not mentioned
 
 
 def test_a_stable_point_is_not_overloaded() -> None:
@@ -155,7 +156,7 @@ def test_the_old_call_is_unchanged() -> None:
     old = assess(records, ValidityConfig(), (), offered_rate_rps=4.0)
     assert "host_load" not in old and "overload" not in old
     assert not any("overloaded" in r or "host interference" in r for r in old["reasons"])
-    assert assess(records, offered_rate_rps=4.0, host_load=None, capacity_rps=None) == old
+    assert assess(records, offered_rate_rps=4.0, host_load=None, saturation_rps=None) == old
     assert json.loads(json.dumps(old)) == old
 
 
@@ -180,13 +181,13 @@ def test_a_quiet_host_and_a_stable_point_stay_valid() -> None:
 
 def test_an_overloaded_point_is_invalid() -> None:
     records = served(open_loop(4.0), service_s=1 / 2.9)
-    v = assess(records, ValidityConfig(max_p99_issue_lag_ms=1e9), offered_rate_rps=4.0, capacity_rps=2.9)
+    v = assess(records, ValidityConfig(max_p99_issue_lag_ms=1e9), offered_rate_rps=4.0, saturation_rps=2.9)
     assert v["valid"] is False and v["overload"]["overloaded"] is True
-    assert v["reasons"][0].startswith("overloaded: offered 4.0 req/s against a measured capacity of 2.9 req/s")
+    assert v["reasons"][0].startswith("overloaded: offered 4.0 req/s against a measured saturation rate of 2.9 req/s")
     assert "host_load" not in v  # only what was given
     forced = assess(records, offered_rate_rps=4.0, check_overload=True)
-    assert forced["overload"]["overloaded"] is True and forced["overload"]["capacity_rps"] is None
-    assert "overload" not in assess(records, offered_rate_rps=4.0, capacity_rps=2.9, check_overload=False)
+    assert forced["overload"]["overloaded"] is True and forced["overload"]["saturation_rps"] is None
+    assert "overload" not in assess(records, offered_rate_rps=4.0, saturation_rps=2.9, check_overload=False)
 
 
 def test_a_closed_loop_point_gets_no_overload_reason() -> None:
@@ -202,7 +203,7 @@ def test_a_closed_loop_point_gets_no_overload_reason() -> None:
 
 SMALL = ["workload.num_groups=2", "workload.prompts_per_group=5", "workload.shared_prefix_len=64",
          "workload.question_len=16", "workload.output_len=8", "validity.min_requests=1",
-         "validity.min_duration_s=0", "validity.max_ci_relative_width=null", "sweep.capacity_fractions=[]"]
+         "validity.min_duration_s=0", "validity.max_ci_relative_width=null", "sweep.saturation_fractions=[]"]
 
 
 def test_a_real_engine_point_carries_host_load_and_overload(compose, tmp_path: Path) -> None:
@@ -243,7 +244,7 @@ def test_study_row_takes_the_worst_point() -> None:
 
 
 HOST_REASON = "host interference: processes outside the job used 0.45 cores (threshold 0.10): stress-ng 0.40"
-OVERLOAD_REASON = ("overloaded: offered 4.0 req/s against a measured capacity of 2.9 req/s; TTFT grew from 80 ms "
+OVERLOAD_REASON = ("overloaded: offered 4.0 req/s against a measured saturation rate of 2.9 req/s; TTFT grew from 80 ms "
                    "to 5.1 s through the run; read as a saturation point, not a latency result")
 
 

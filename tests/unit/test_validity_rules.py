@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from harness.metrics import summarize
-from harness.records import RequestRecord, RequestStatus
 from harness.slo import SLOConfig
 from harness.validity import (
     ValidityConfig,
@@ -22,6 +21,7 @@ from harness.validity import (
     quantile_bound,
     quantile_ci_ranks,
 )
+from vocab.records import RequestRecord, RequestStatus
 
 NAN = float("nan")
 

@@ -12,13 +12,13 @@ import pytest
 
 from figures.disagg_compare import comparison_table, plot_disagg_comparison, variant_label
 from figures.report import write_report
-from harness.records import RequestRecord, RequestStatus, RunSummary
-from harness.result_files import STUDY_FILE
 from harness.results import RunFolder
 from harness.serve_job import run_serve
 from harness.studies.real_compare import _row, compare_validity, failed_validity, run_compare
 from harness.studies.variants import compose_variant
 from systems.contract import EngineResult
+from vocab.records import RequestRecord, RequestStatus, RunSummary
+from vocab.result_files import STUDY_FILE
 
 
 class ScriptedDeployment:
@@ -64,7 +64,7 @@ class RecordingFactory:
 
 SMALL = ["workload.num_groups=2", "workload.prompts_per_group=5", "workload.shared_prefix_len=64",
          "workload.question_len=16", "workload.output_len=8", "validity.min_requests=1",
-         "validity.min_duration_s=0", "validity.max_ci_relative_width=null", "sweep.capacity_fractions=[]"]
+         "validity.min_duration_s=0", "validity.max_ci_relative_width=null", "sweep.saturation_fractions=[]"]
 
 
 def bad_trace(tmp_path: Path) -> Path:

@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from harness.errors import ConfigError
 from harness.results import RunFolder
 from systems.contract import DeploymentError
 from systems.deployments.vllm_baseline import VllmBaselineDeployment
 from systems.launch.model_path import resolve_model_path
 from systems.launch.vllm_server import server_command, server_env
 from systems.router.commands import colocated_router_command, disaggregated_router_command
+from vocab.errors import ConfigError
 
 
 @pytest.fixture
@@ -25,6 +25,7 @@ def deployment(no_load):
     return lambda cfg, folder: VllmBaselineDeployment(cfg, RunFolder(folder), no_load)
 
 
+@pytest.mark.integration
 def test_cpu_instances_are_pinned_one_per_core_and_niced(deployment, cfg_for, tmp_path):
     specs = deployment(cfg_for([]), tmp_path)._server_specs(tmp_path)
     assert [s.cpu_omp_threads_bind for s in specs] == ["0", "1"]
@@ -36,6 +37,7 @@ def test_cpu_instances_are_pinned_one_per_core_and_niced(deployment, cfg_for, tm
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0" and env["VLLM_TARGET_DEVICE"] == "cpu"
 
 
+@pytest.mark.integration
 def test_gpu_instances_get_disjoint_devices(deployment, cfg_for, tmp_path):
     cfg = cfg_for(["engine.device=gpu", "engine.tensor_parallel_size=2", "system.colocated_instances=3"])
     specs = deployment(cfg, tmp_path)._server_specs(tmp_path)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from harness.records import RequestSpec
+from vocab.records import RequestSpec
 from workloads import (
     WORKLOAD_CLASSES,
     WORKLOAD_KINDS,

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.records import RequestSpec
+from vocab.records import RequestSpec
 from workloads.tokens import VocabSpec, prompt_token_ids, scale_blocks
 
 VOCAB = VocabSpec(vocab_size=32000, special_token_ids=(0, 1, 2, 31999))

@@ -10,7 +10,7 @@ instance of ``gpus_per_machine`` GPUs (a DGX: Llama-2-70B at TP 8, ``engine.perf
 pool's ``tp x pp`` must equal it. A design's ``system.mixed_instances`` (a dedicated mixed pool) is kept
 fixed and paid for; the prompt:token split (or the colocated count) is what the study enumerates. The presets
 use the paper's dynamic mixed pool instead (``engine.mixed_pool=dynamic``: prompt and token machines lent
-across pools, nothing extra to pay for; :mod:`systems.sim.cluster`). Every candidate
+across pools, nothing extra to pay for; :mod:`systems.sim.simulation`). Every candidate
 is the job's own overrides plus ``workload=<trace>``, the design's overrides and ``system.<role>_instances=<n>``
 (the ``overrides`` column holds all but the job's own), so it can be rerun on its own with ``job=serve``.
 

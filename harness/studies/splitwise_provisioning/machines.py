@@ -12,10 +12,10 @@ from typing import Optional
 import numpy as np
 
 from harness.config import Config
-from harness.errors import ConfigError
 from systems.engine_config import SimEngineConfig
 from systems.hardware_catalog import device_cost
 from systems.topology import topology_of
+from vocab.errors import ConfigError
 
 PROVISIONED_SYSTEMS = ("vllm_baseline", "splitwise")  # Splitwise's designs and its colocated baselines
 FIT_TOLERANCE = 1e-9  # relative slack when comparing a total with the budget (7 x 3.2 kW == 4 x 5.6 kW)

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from harness.errors import ConfigError
 from harness.probe_pool import check_parallel
+from vocab.errors import ConfigError
 
 BUDGET_KINDS = ("cost", "power")
 CRITERIA = ("splitwise_slowdown", "attainment")

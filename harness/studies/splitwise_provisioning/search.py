@@ -26,7 +26,6 @@ from typing import Any, Optional
 from harness.capacity import RateSearch, search_max_rate
 from harness.config import Config
 from harness.metrics import request_frame
-from harness.records import RequestRecord
 from harness.studies.simulate import load_requests, point_workload, simulate
 from harness.studies.splitwise_provisioning.machines import (
     Candidate,
@@ -41,7 +40,8 @@ from harness.studies.splitwise_provisioning.slowdown import (
     meets_slowdowns,
     slowdown_percentiles,
 )
-from systems.sim.simulation import SimulatedCluster
+from systems.sim.simulated_deployment import SimulatedDeployment
+from vocab.records import RequestRecord
 from workloads.base import WorkloadRequests
 
 log = logging.getLogger(__name__)
@@ -108,9 +108,9 @@ class ProvisioningRun:
         self.sources: dict[int, tuple[Config, Candidate, TracePlan]] = {}  # row index -> what it simulated
         self._done: dict[tuple[Any, ...], Searched] = {}
 
-    def evaluate(self, cluster: SimulatedCluster, plan: TracePlan, rate: float) -> tuple[bool, Probe]:
+    def evaluate(self, deployment: SimulatedDeployment, plan: TracePlan, rate: float) -> tuple[bool, Probe]:
         """Simulate ``rate`` and judge it by the criterion."""
-        point = simulate(cluster, at_rate(plan.requests, rate))
+        point = simulate(deployment, at_rate(plan.requests, rate))
         self.n_simulations += 1
         self.sim_wall_s += point.wall_s
         m = point.metrics
@@ -130,22 +130,22 @@ class ProvisioningRun:
                "sim_wall_s": point.wall_s}
         return ok, Probe(row)
 
-    def _search(self, cluster: SimulatedCluster, plan: TracePlan, guess: float, best: float) -> Searched:
+    def _search(self, deployment: SimulatedDeployment, plan: TracePlan, guess: float, best: float) -> Searched:
         """A full search from ``guess``, or (``best`` > 0 and pruning) one that starts at ``best`` and stops
         there when that fails."""
         p = self.params
 
         def evaluate(rate: float) -> tuple[bool, Probe]:
-            return self.evaluate(cluster, plan, rate)
+            return self.evaluate(deployment, plan, rate)
 
         if p.prune_dominated and best > 0:
             result = search_max_rate(evaluate, best, growth=p.refine_growth, steps=p.bisect_steps,
                                      midpoint="arithmetic", rel_tol=p.rate_rel_tol, max_expand=p.max_expand,
                                      min_rate_rps=best)
-            return Searched(result, cluster.n_gpus, best if result.rate_rps == 0 else 0.0)
+            return Searched(result, deployment.n_gpus, best if result.rate_rps == 0 else 0.0)
         result = search_max_rate(evaluate, guess, growth=2.0, steps=p.bisect_steps, midpoint="arithmetic",
                                  rel_tol=p.rate_rel_tol, max_expand=p.max_expand)
-        return Searched(result, cluster.n_gpus)
+        return Searched(result, deployment.n_gpus)
 
     def design_rows(self, plan: TracePlan, kind: str, budget: float, design: Design, cfg: Config,
                     candidates: list[Candidate]) -> None:
@@ -171,9 +171,9 @@ class ProvisioningRun:
             # a result pruned against a higher best (the other budget's) says too little here: search again
             reused = done is not None and not (done.pruned_at > best)
             if not reused:
-                cluster = SimulatedCluster(candidate_config(cfg, cand))
+                deployment = SimulatedDeployment(candidate_config(cfg, cand))
                 guess = p.initial_rate_per_machine_rps * cand.n_machines
-                done = self._search(cluster, plan, guess, best)
+                done = self._search(deployment, plan, guess, best)
                 self._done[key] = done
                 self.probes.extend({**ident, "split": cand.split(), **probe.row} for _, _, probe in done.result.probes)
             assert done is not None
@@ -267,7 +267,7 @@ def search_design(params: ProvisioningParams, machines: Mapping[str, MachineType
 def candidate_records(item: tuple[Config, Candidate, WorkloadRequests, float]) -> tuple[RequestRecord, ...]:
     """The records of ``(cfg, candidate, unit-rate requests, rate)`` simulated at that rate (a probe-pool task)."""
     cfg, cand, requests, rate = item
-    return tuple(simulate(SimulatedCluster(candidate_config(cfg, cand)), at_rate(requests, rate)).records)
+    return tuple(simulate(SimulatedDeployment(candidate_config(cfg, cand)), at_rate(requests, rate)).records)
 
 
 def design_tasks(params: ProvisioningParams, plans: Sequence[TracePlan], machines: Mapping[str, MachineType],

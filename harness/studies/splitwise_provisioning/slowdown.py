@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 
 from harness.config import Config
-from harness.errors import ConfigError
 from harness.metrics import percentiles
 from harness.studies.splitwise_provisioning.params import (
     FAILED_SLOWDOWN,
@@ -20,7 +19,8 @@ from harness.studies.splitwise_provisioning.params import (
 from systems.hardware_catalog import load_hardware
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.registry import build_perf_model
-from systems.sim.simulation import peer_timing_params
+from systems.sim.simulated_deployment import peer_timing_params
+from vocab.errors import ConfigError
 
 
 class UncontendedReference:

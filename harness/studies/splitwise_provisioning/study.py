@@ -22,10 +22,8 @@ import numpy as np
 import pandas as pd
 
 from harness.config import Config
-from harness.errors import ConfigError
 from harness.jobs import JobResult
 from harness.probe_pool import probe_pool
-from harness.result_files import PROBES_FILE, REQUESTS_FILE, SENSITIVITY_FILE, STUDY_FILE
 from harness.results import RunFolder, records_frame
 from harness.studies.splitwise_provisioning.machines import MachineType, design_from_config, machine_type
 from harness.studies.splitwise_provisioning.params import MAIN_SCENARIO, ProvisioningParams, Scenario
@@ -42,6 +40,8 @@ from harness.studies.splitwise_provisioning.search import (
 from harness.studies.splitwise_provisioning.slowdown import reference_model
 from harness.studies.variants import compose_variant, job_overrides
 from harness.validity import assess_validity, combine_validity
+from vocab.errors import ConfigError
+from vocab.result_files import PROBES_FILE, REQUESTS_FILE, SENSITIVITY_FILE, STUDY_FILE
 
 __all__ = ["at_rate", "choose", "plan_traces", "run_splitwise_provisioning", "unit_rate_requests"]
 

@@ -1,5 +1,5 @@
 """``system=distserve|mooncake|splitwise engine=vllm``: real disaggregated deployments, on 127.0.0.1 or, with
-``engine.placement=ray``, on a Ray cluster's nodes (:mod:`systems.launch.placement`).
+``engine.hosting=ray``, on a Ray cluster's nodes (:mod:`systems.launch.hosting`).
 
 What one deployment starts (each in its own process group, logs under ``<run>/servers/``, always torn down):
 
@@ -35,13 +35,19 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.result_files import SERVERS_DIR
 from systems.contract import DeploymentConfig, DeploymentError, EngineResult, JobFolder, LoadDriver
 from systems.deployments.disagg import facts
 from systems.deployments.disagg.router_config import RoutedInstance, router_config
 from systems.deployments.http_point import run_http_point, scrape_all
 from systems.engine_config import VllmEngineConfig
 from systems.hardware_catalog import device_cost
+from systems.launch.hosting import (
+    Hosting,
+    LocalHosting,
+    ServerProcess,
+    make_hosting,
+    record_hosting,
+)
 from systems.launch.kv_transfer_config import multi_connector, pd_connector, store_connector
 from systems.launch.lifecycle import ProcessDeployment
 from systems.launch.model_path import resolve_device, resolve_model_path
@@ -54,19 +60,13 @@ from systems.launch.mooncake_store import (
     pool_node_command,
     transfer_stall_env,
 )
-from systems.launch.placement import (
-    LocalPlacement,
-    Placement,
-    ServerProcess,
-    make_placement,
-    record_placement,
-)
 from systems.launch.processes import wait_http_ready
 from systems.launch.vllm_server import VllmServer, VllmServerSpec, launch_vllm_servers
 from systems.router.commands import disaggregated_router_command
 from systems.router.kv_events import INT_HASHES_ENV, kv_events_config
 from systems.router.pool_index import store_key_prefix
 from systems.topology import engine_router, topology_of
+from vocab.result_files import SERVERS_DIR
 from workloads.base import WorkloadRequests
 
 log = logging.getLogger(__name__)
@@ -106,14 +106,14 @@ class DisaggVllmDeployment(ProcessDeployment):
         self.master_address = ""
         self.run_dir = folder.path / SERVERS_DIR
         self._bootstrap: dict[str, str] = {}
-        self.placement: Placement = LocalPlacement()
+        self.hosting: Hosting = LocalHosting()
         self.kv_events_port = 0  # on the router's node: the router binds it, prefill instances publish KV events to it
         self._stack = ExitStack()
 
     # -- bring-up ------------------------------------------------------------------------------------------
     def _port(self, name: str) -> int:
         """A port free on server ``name``'s node, not yet handed out by this deployment."""
-        return self.placement.port(name)
+        return self.hosting.port(name)
 
     def _kv_events_port(self) -> int:
         """The port on the router's node where it receives the prefill instances' KV-cache events."""
@@ -122,15 +122,15 @@ class DisaggVllmDeployment(ProcessDeployment):
         return self.kv_events_port
 
     def _url(self, name: str, port: int) -> str:
-        host = self.placement.host(name)
+        host = self.hosting.host(name)
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def _node_path(self, name: str, file_name: str) -> Path:
         """Where server ``name`` keeps ``file_name`` on its node (this job's servers folder when local)."""
-        return self.placement.node_dir(name, self.run_dir) / file_name
+        return self.hosting.node_dir(name, self.run_dir) / file_name
 
     def _helper(self, name: str, cmd: list[str], ready_url: str, timeout_s: float = 60.0) -> ServerProcess:
-        proc = self.placement.process(name, mirror_to=self.run_dir / f"{name}.log")
+        proc = self.hosting.process(name, mirror_to=self.run_dir / f"{name}.log")
         env = {**os.environ, **self._mooncake_env(), "PYTHONPATH": self._pythonpath()}
         proc.start(cmd, log_path=self._node_path(name, f"{name}.log"), env=env)
         self._stack.callback(proc.stop)
@@ -148,7 +148,7 @@ class DisaggVllmDeployment(ProcessDeployment):
     def _start_pool(self) -> None:
         pool = self.engine.kv_pool
         master = MooncakeMasterSpec(rpc_port=self._port("mooncake_master"), metrics_port=self._port("mooncake_master"),
-                                    host=self.placement.host("mooncake_master"), binary=find_binary(pool.master_binary),
+                                    host=self.hosting.host("mooncake_master"), binary=find_binary(pool.master_binary),
                                     eviction_high_watermark=MASTER_EVICTION_HIGH_WATERMARK,
                                     extra_args=tuple(pool.master_args))
         self._helper("mooncake_master", mooncake_master_command(master), str(master.metrics_url))
@@ -157,11 +157,11 @@ class DisaggVllmDeployment(ProcessDeployment):
             name = f"pool{k}"
             port = self._port(name)
             self._helper(name, pool_node_command(self.master_address, pool.segment_size, port,
-                                                 host=self.placement.host(name)), f"{self._url(name, port)}/health")
+                                                 host=self.hosting.host(name)), f"{self._url(name, port)}/health")
 
     def _start_bootstrap(self, names: list[str]) -> None:
         ports = {name: self._port("kv_bootstrap") for name in names}
-        host = self.placement.host("kv_bootstrap")
+        host = self.hosting.host("kv_bootstrap")
         cmd = [sys.executable, "-m", "systems.launch.kv_bootstrap", "--host", host]
         for port in ports.values():
             cmd += ["--port", str(port)]
@@ -190,20 +190,20 @@ class DisaggVllmDeployment(ProcessDeployment):
         env = {"PYTHONPATH": self._pythonpath(), "VLLM_MOONCAKE_BOOTSTRAP_PORT": str(self._port(name)),
                "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT": str(self.engine.kv_unclaimed_s), **self._mooncake_env()}
         if role == "prefill":
-            if self.placement.kind == "local":  # every prefill instance appends to the job's one transfer log
+            if self.hosting.kind == "local":  # every prefill instance appends to the job's one transfer log
                 env["DISAGG_KV_TRANSFER_LOG"] = str((self.run_dir / TRANSFER_LOG).resolve())
             else:  # each on its node; their lines are copied into the job's transfer log
                 node_log = self._node_path(name, f"kv_transfers.{name}.jsonl")
                 env["DISAGG_KV_TRANSFER_LOG"] = str(node_log)
-                self.placement.mirror(name, node_log, self.run_dir / TRANSFER_LOG)
+                self.hosting.mirror(name, node_log, self.run_dir / TRANSFER_LOG)
             if self.has_pool:
                 pool = self.engine.kv_pool
                 segment = "0" if pool.pool_nodes else pool.instance_segment_size
                 store = json.dumps(mooncake_store_json(self.master_address, segment, pool.local_buffer_size,
-                                                       self._pool_protocol(), local_hostname=self.placement.host(name)))
+                                                       self._pool_protocol(), local_hostname=self.hosting.host(name)))
                 (self.run_dir / f"{name}-mooncake.json").write_text(store)  # the job folder's record of it
                 path = self._node_path(name, f"{name}-mooncake.json")
-                self.placement.put_file(name, path, store.encode())
+                self.hosting.put_file(name, path, store.encode())
                 env["MOONCAKE_CONFIG_PATH"] = str(Path(path).resolve())
         return env
 
@@ -230,7 +230,7 @@ class DisaggVllmDeployment(ProcessDeployment):
             role_cfg = engine.role(role)
             tp = role_cfg.tensor_parallel_size or engine.tensor_parallel_size
             pinned = [str(d) for d in (role_cfg.devices or [])]
-            local_gpus = self.device == "gpu" and self.placement.kind == "local"  # else Ray assigns them
+            local_gpus = self.device == "gpu" and self.hosting.kind == "local"  # else Ray assigns them
             if self.device == "gpu" and pinned and len(pinned) < tp * count:
                 raise DeploymentError(f"engine.{role}.devices: {count} instance(s) of TP {tp} need {tp * count} "
                                       f"devices, got {list(role_cfg.devices or [])}")
@@ -248,12 +248,12 @@ class DisaggVllmDeployment(ProcessDeployment):
                 extra_args = tuple(engine.extra_args)
                 if role == "prefill" and self._local_cache():
                     extra_args += ("--kv-events-config", json.dumps(kv_events_config(
-                        self._kv_events_port(), name, host=self.placement.host("router"))))
+                        self._kv_events_port(), name, host=self.hosting.host("router"))))
                     env[INT_HASHES_ENV] = "0"
                 prefix_caching = system.prefix_caching or role == "prefill" and self.has_pool
                 specs.append(VllmServerSpec(
                     name=name, model_path=str(model_path), served_model_name=self.cfg.model.name, port=self._port(name),
-                    host=self.placement.host(name),
+                    host=self.hosting.host(name),
                     device=self.device, enable_prefix_caching=prefix_caching,
                     dev_mode=engine.reset_prefix_cache and prefix_caching,  # /reset_prefix_cache between points
                     max_model_len=self.context_limit, max_num_seqs=engine.max_num_seqs,
@@ -295,12 +295,12 @@ class DisaggVllmDeployment(ProcessDeployment):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         model_path = resolve_model_path(self.cfg.model)
         system = self.cfg.system
-        self.placement = make_placement(self.engine)
-        self._stack.callback(self.placement.close)  # registered first: closed after every server stopped
-        self.placement.place(self.planned_servers())
-        if self.placement.kind != "local":  # files the harness reads back from the router's node
-            self.placement.mirror("router", self._node_path("router", ROUTER_LOG), self.run_dir / ROUTER_LOG)
-            self.placement.mirror("router", self._node_path("router", "router_stats.json"),
+        self.hosting = make_hosting(self.engine)
+        self._stack.callback(self.hosting.close)  # registered first: closed after every server stopped
+        self.hosting.place(self.planned_servers())
+        if self.hosting.kind != "local":  # files the harness reads back from the router's node
+            self.hosting.mirror("router", self._node_path("router", ROUTER_LOG), self.run_dir / ROUTER_LOG)
+            self.hosting.mirror("router", self._node_path("router", "router_stats.json"),
                                   self.run_dir / "router_stats.json", whole=True)
         if self.has_pool:
             self._start_pool()
@@ -309,19 +309,19 @@ class DisaggVllmDeployment(ProcessDeployment):
         log.info("starting %s: %d prefill, %d decode, %d mixed vLLM instance(s) on %s; logs in %s", system.name,
                  system.prefill_instances, system.decode_instances, system.mixed_instances, self.device, self.run_dir)
         self.servers = self._stack.enter_context(
-            launch_vllm_servers(specs, self.run_dir, timeout_s=self.engine.startup_timeout_s, placement=self.placement))
+            launch_vllm_servers(specs, self.run_dir, timeout_s=self.engine.startup_timeout_s, hosting=self.hosting))
         for server in self.servers:
             self.watch(server.spec.name, server.process)
         config = json.dumps(self.router_config(model_path), indent=2)
         (self.run_dir / "router.json").write_text(config)  # the job folder's record of it
         config_path = self._node_path("router", "router.json")
-        self.placement.put_file("router", config_path, config.encode())
-        port, host = self._port("router"), self.placement.host("router")
+        self.hosting.put_file("router", config_path, config.encode())
+        port, host = self._port("router"), self.hosting.host("router")
         self._helper("router", disaggregated_router_command(config_path, port,
                                                             self._node_path("router", "router_stats.json"), host=host),
                      f"{self._url('router', port)}/health")
         self.router_url = self._url("router", port)
-        record_placement(self.placement, self.run_dir)
+        record_hosting(self.hosting, self.run_dir)
 
     # -- measuring -----------------------------------------------------------------------------------------
     def _warm_up_and_reset(self) -> None:
@@ -335,7 +335,7 @@ class DisaggVllmDeployment(ProcessDeployment):
     def run_point(self, requests: WorkloadRequests, folder: JobFolder) -> EngineResult:
         self.check_health()
         self._warm_up_and_reset()
-        self.placement.sync()
+        self.hosting.sync()
         router_log = self.run_dir / ROUTER_LOG
         transfer_log = self.run_dir / TRANSFER_LOG
         offsets = {p: facts.file_size(p) for p in (router_log, transfer_log, *self._prefill_logs())}
@@ -346,13 +346,13 @@ class DisaggVllmDeployment(ProcessDeployment):
         n_devices = sum(s.spec.tensor_parallel_size for s in self.servers) if self.device == "gpu" else len(self.servers)
         result = run_http_point(self.driver, requests, self.router_url, metrics_urls, n_gpus=n_devices)
         after = scrape_all(prefill_urls)
-        self.placement.sync()
+        self.hosting.sync()
         puts_failed = facts.store_failed_puts(prefill_urls) - puts_failed_before if self.has_pool else 0.0
         routed = facts.read_jsonl(router_log, offsets[router_log])
         deadline = time.monotonic() + 5.0  # the router logs a request just after its response ends
         while len(routed) < len(result.records) and time.monotonic() < deadline:
             time.sleep(0.1)
-            self.placement.sync()
+            self.hosting.sync()
             routed = facts.read_jsonl(router_log, offsets[router_log])
         transfers = facts.read_jsonl(transfer_log, offsets[transfer_log])
         records = facts.attach_router_facts(result.records, routed, transfers)
@@ -384,7 +384,7 @@ class DisaggVllmDeployment(ProcessDeployment):
                 "cores": {s.spec.name: s.spec.cpu_omp_threads_bind for s in self.servers},
                 "pool_master": self.master_address, "pool_nodes": self.engine.kv_pool.pool_nodes if self.has_pool else 0,
                 "local_cache_source": "kv_events" if self._local_cache() else "none", "helpers": sorted(self.helpers),
-                "placement": self.placement.describe()}
+                "hosting": self.hosting.describe()}
 
 
 def reset_prefix_cache(server: VllmServer, timeout_s: float = 10.0) -> bool:

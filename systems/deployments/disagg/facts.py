@@ -25,9 +25,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness.records import RequestRecord
 from systems.launch.processes import http_get
 from systems.launch.prometheus import parse_metrics
+from vocab.records import RequestRecord
 
 RECOVERED = re.compile(r"Recovered from KV load failure: (\d+) request")
 FAILED_PUT = re.compile(r"'save_put_failed_keys': (\d+)")  # vLLM's periodic "KV Transfer metrics" line

@@ -25,11 +25,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-from harness.atomic_files import write_atomically
-from harness.errors import ConfigError
 from systems.config import ModelConfig
 from systems.launch.tiny_model import architecture_hash
 from systems.sim.perf.fitting import LinearFit
+from vocab.atomic_files import write_atomically
+from vocab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

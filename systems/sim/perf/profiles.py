@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Optional
 
-from harness.errors import UserError
+from vocab.errors import UserError
 from workloads.datadir import dedupe_paths, first_file
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ Per iteration on an instance of ``n = tp * pp`` GPUs (bf16 weights, ``P`` parame
   kv_bytes_per_token``; a model whose weights do not fit raises ``ValueError``.
 
 The efficiency factors live in ``conf/hardware/*.yaml`` and were calibrated against public profiles
-(``python -m harness.bench.perf_model_accuracy``).
+(``python -m benchmarks.perf_model_accuracy``).
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ from systems.sim.perf.roofline_steps import (
 
 logger = logging.getLogger(__name__)
 
-# whether the decode-stretch loop is the compiled core's (systems.sim.native): compiled, it times longer
+# whether the decode-stretch loop is the compiled core's (systems.compiled_core): compiled, it times longer
 # stretches than from its Python source before NumPy's arrays are cheaper (their fixed cost per call, several
 # microseconds, against tens of nanoseconds a step for the loop's floats and the timeline's copy of them:
-# python -m harness.bench.stretch_timing_bench). The floats are the same either way
+# python -m benchmarks.stretch_timing_bench). The floats are the same either way
 # (tests/unit/test_sim_scale_constant.py)
 STRETCH_LOOP_COMPILED = not isinstance(roofline_segment_ends, types.FunctionType)
 COMPILED_SEGMENT_MAX = 192

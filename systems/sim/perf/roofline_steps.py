@@ -1,14 +1,14 @@
 """The roofline model's arithmetic on Python floats where a simulation spends its time: every stretch of
 decode-only steps, and every prefill and mixed iteration. Plain functions over the model's coefficients, and
 :class:`RooflineKernel`, which binds them to one model's coefficients for a simulated instance to call, so that
-they compile with the simulator's core (:mod:`systems.sim.native`) while
+they compile with the simulator's core (:mod:`systems.compiled_core`) while
 :class:`~systems.sim.perf.roofline.RooflineModel` stays an ordinary class (pickled to worker processes,
 introspected by the registry).
 
 Each function repeats what ``RooflineModel`` computes, the same operations in the same order, so the results
 are the same doubles: a decode stretch the array path of ``RooflineModel.decode_step_time_s`` one float at a
 time (see ``RooflineModel._segment_ends``), an iteration ``RooflineModel._combine`` on scalars. The compiled
-build is made with ``-ffp-contract=off`` (:mod:`systems.sim.native_build`): no multiply-add is fused into one
+build is made with ``-ffp-contract=off`` (:mod:`systems.compiled_core_build`): no multiply-add is fused into one
 rounding where Python rounds twice.
 """
 
