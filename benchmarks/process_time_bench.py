@@ -27,8 +27,7 @@ peer / ours (target >= 8) for both of ours, each labelled, with the median of ea
 (the two runs of a turn are timed one after the other, so a drift in the machine's speed over the run
 moves both), then where our process spends its time: one more
 run of (a) with timers around its stages (``--breakdown-child``: the same ``python -m harness`` in a fresh
-interpreter, its functions wrapped), so the breakdown's total is a little above a plain run's. (A single
-run composes its config once: :mod:`harness.one_composition`.) ``--no-figures-only`` times (a') alone of
+interpreter, its functions wrapped), so the breakdown's total is a little above a plain run's. ``--no-figures-only`` times (a') alone of
 ours. A peer that is not installed is reported with how to
 install it (``docs/peers.md``) and skipped. The machine should be otherwise idle: both sides are timed in
 the same run, but a busy machine slows them unequally.

@@ -20,8 +20,8 @@ step times form a known sequence (context grows by the batch size each step), so
 *segment* up to the next finish, evaluates its step times at once (``PerfModel.decode_segment_ends``: one
 vectorised call, or Python floats for a short segment, the same floats), and cuts it short at
 the next iteration boundary if new work arrives. Each instance keeps the end time of every decode
-iteration (an ``array('d')``: 8 bytes each, written from the model's list of floats by
-:func:`systems.sim.timeline_writes.put_doubles`); a request's token times are a slice of that timeline. A planned segment's end times go into the timeline when
+iteration (an ``array('d')``: 8 bytes each, written from the model's list of floats by a slice
+assignment); a request's token times are a slice of that timeline. A planned segment's end times go into the timeline when
 it is planned (its entries past ``diter`` until it ends; a cut keeps the ones it needs): the list of floats
 the model returns is read and freed at once, while it is still in the processor's cache, where keeping it
 until the segment ended read it back from memory on a large cluster. The array grows by doubling (zeros past
