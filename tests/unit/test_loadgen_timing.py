@@ -32,7 +32,8 @@ def check_times(records: tuple, specs: list[RequestSpec]) -> None:
     assert [r.request_id for r in records] == [s.request_id for s in specs]
     assert all(r.status == RequestStatus.OK for r in records), [r.error for r in records if r.error]
     assert all(r.arrival_s == s.arrival_s for r, s in zip(records, specs, strict=True))
-    assert all(r.sent_s < r.first_token_s < r.finish_s for r in records)
+    # a client starved of CPU (the tests run two at a time) may read the last tokens in the same read as the first
+    assert all(r.sent_s < r.first_token_s <= r.finish_s for r in records)
     assert all(r.n_out == N_OUT and len(r.chunk_times_s) == N_OUT for r in records)
 
 
