@@ -12,7 +12,8 @@
   requests per TBT threshold, Mooncake against vLLM, and the attainment curves it is read from;
 - ``effective_capacity``: FAST'25's own metric (Fig. 1, 6, 7), the share of effective requests at the trace's
   own load against the TBT threshold (:mod:`figures.effective_capacity`);
-- ``scheduling_ttft``: mean and p90 TTFT of the prefill-scheduling policies (FAST'25 Fig. 5);
+- ``scheduling_ttft``: mean and p90 TTFT of the prefill-scheduling policies, beside the paper's average TTFT
+  of each (FAST'25 Fig. 5, hatched grey bars);
 - ``global_cache``: prefix hit rate and prefill compute per workload, local vs global cache (FAST'25 Fig. 10,
   :mod:`figures.global_cache`);
 - ``rejection``: rejected requests per rejection mode and split, and prefill/decode load over time
@@ -38,11 +39,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
+from figures.claims.mooncake_scheduling import PAPER_TTFT_S, SCHEDULERS
 from figures.effective_capacity import plot_effective_capacity
 from figures.global_cache import plot_global_cache
 from figures.placement_pairs import plot_placement_pairs
+from figures.real_replay import plot_replay_attainment, plot_replay_overload, plot_replay_quantiles
+from figures.real_runs import measured_attainment
 from figures.slo_scale import plot_slo_scale
 from figures.study_tables import (
     REJECTION_ORDER,
@@ -65,6 +70,7 @@ from vocab.result_files import LOAD_FILE, PLACEMENT_FILE
 log = logging.getLogger(__name__)
 
 PlotFn = Callable[[Path], list[Path]]
+REAL_RUNS_WORKLOAD = "distserve_sharegpt"  # the panel the measured DistServe/vLLM runs are drawn on
 
 
 def _job(job_dir: Path) -> JobFolder:
@@ -82,18 +88,40 @@ def plot_slo_attainment(job_dir: Path) -> list[Path]:
     data = frame[["workload", "system", "variant", "per_gpu_rate", "slo_attainment"]]
     apply_theme()
     grid = sns.relplot(data=data, x="per_gpu_rate", y="slo_attainment", hue="system", style="system",
-                       col="workload", kind="line", markers=True, dashes=False, height=3.2, aspect=1.25,
+                       col="workload", col_wrap=3, kind="line", markers=True, dashes=False, height=3.2, aspect=1.25,
                        facet_kws={"sharex": True, "sharey": True})
     for ax in grid.axes.flat:
         ax.axhline(target, color="black", linestyle="--", linewidth=0.8)
         ax.text(ax.get_xlim()[0], target, f" {target:.0%} target", va="bottom", fontsize=7)
+    ttft, tpot = job.setting("slo.ttft_ms"), job.setting("slo.tpot_ms")
+    real = _real_runs_panel(grid, data, ttft, tpot, job.setting("data_dir"))
+    if not real.empty:
+        data = pd.concat([data.assign(source="simulated"), real.assign(source="measured")], ignore_index=True)
     grid.set(ylim=(0, 1.02))
     grid.set_axis_labels("request rate per GPU (req/s)", "SLO attainment")
     grid.set_titles("{col_name}")
-    ttft, tpot = job.setting("slo.ttft_ms"), job.setting("slo.tpot_ms")
     slo = f" (TTFT {ttft:g} ms, TPOT {tpot:g} ms)" if ttft and tpot else ""
     grid.figure.suptitle(f"SLO attainment against per-GPU rate{slo}", y=1.04)
     return save_figure(grid.figure, data, job_dir, "slo_attainment")
+
+
+def _real_runs_panel(grid: sns.FacetGrid, data: pd.DataFrame, ttft: object, tpot: object,
+                     data_dir: object) -> pd.DataFrame:
+    """Draw the DistServe authors' measured A100 runs (:mod:`figures.real_runs`) on the panel of DistServe's own
+    requests (workload tag ``distserve_sharegpt``) as black hollow markers (each run issues about 100 s of requests,
+    N = 100 x rate, where the artifact's Fig. 8 issues 100 per GPU); the rows drawn (empty: none)."""
+    workloads = list(dict.fromkeys(data["workload"]))
+    if REAL_RUNS_WORKLOAD not in workloads or not ttft or not tpot:
+        return pd.DataFrame()
+    real = measured_attainment(float(ttft), float(tpot), str(data_dir) if data_dir else None)
+    if real.empty:
+        return real
+    ax = list(grid.axes.flat)[workloads.index(REAL_RUNS_WORKLOAD)]
+    for (system, part), marker in zip(real.groupby("system", sort=False), ("D", "P", "X"), strict=False):
+        ax.plot(part["per_gpu_rate"], part["slo_attainment"], linestyle="none", marker=marker, color="black",
+                markerfacecolor="white", markersize=5, label=f"{system}, 100 s of requests")
+    ax.legend(fontsize=6, loc="lower left")
+    return real.assign(workload=REAL_RUNS_WORKLOAD, variant=real["system"])
 
 
 def plot_slo_goodput(job_dir: Path) -> list[Path]:
@@ -246,23 +274,49 @@ def plot_capacity(job_dir: Path) -> list[Path]:
     return paths + save_figure(grid.figure, long, job_dir, "capacity_attainment")
 
 
+PAPER_MEAN = "paper mean (Fig. 5 [S])"  # the hue of the paper's bars in scheduling_ttft
+
+
+def scheduling_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean and p90 TTFT of each policy in ``table`` (``source=ours``) and the paper's average TTFT of each
+    policy it ran (FAST'25 Fig. 5 [S], as :mod:`figures.claims.mooncake_scheduling` cites it; ``source=paper``)."""
+    ours = table[["variant", "mean_ttft_ms", "p90_ttft_ms"]].melt(id_vars="variant", var_name="statistic",
+                                                                  value_name="ttft_ms")
+    ours["statistic"] = ours["statistic"].map({"mean_ttft_ms": "mean", "p90_ttft_ms": "p90"})
+    paper = pd.DataFrame({"variant": list(SCHEDULERS), "statistic": PAPER_MEAN,
+                          "ttft_ms": [t * 1000.0 for t in PAPER_TTFT_S]})
+    paper = paper[paper["variant"].isin(set(table["variant"]))]
+    data = pd.concat([ours.assign(source="ours"), paper.assign(source="paper")], ignore_index=True)
+    data["ttft_s"] = data["ttft_ms"] / 1000.0
+    return data
+
+
 def plot_scheduling(job_dir: Path) -> list[Path]:
-    """``scheduling_ttft.png``: mean and p90 TTFT (s) of each prefill-scheduling policy."""
+    """``scheduling_ttft.png``: mean and p90 TTFT (s) of each prefill-scheduling policy, with the paper's average
+    TTFT (FAST'25 Fig. 5, absolute seconds) as hatched grey bars beside our mean."""
     table = _job(job_dir).table()
     order = ordered(table["variant"], SCHEDULING_ORDER)
-    data = table[["variant", "mean_ttft_ms", "p90_ttft_ms"]].melt(id_vars="variant", var_name="statistic",
-                                                                  value_name="ttft_ms")
-    data["statistic"] = data["statistic"].map({"mean_ttft_ms": "mean", "p90_ttft_ms": "p90"})
-    data["ttft_s"] = data["ttft_ms"] / 1000.0
+    data = scheduling_rows(table)
+    hues = [h for h in (PAPER_MEAN, "mean", "p90") if h in set(data["statistic"])]
+    colors = sns.color_palette("colorblind", 2)
+    palette = {PAPER_MEAN: "0.85", "mean": colors[0], "p90": colors[1]}
     apply_theme()
-    fig, ax = plt.subplots(figsize=(6.0, 3.4))
-    sns.barplot(data=data, x="variant", y="ttft_s", hue="statistic", order=order, ax=ax)
-    for container in ax.containers:
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    sns.barplot(data=data, x="variant", y="ttft_s", hue="statistic", order=order, hue_order=hues, palette=palette,
+                ax=ax)
+    for container, hue in zip(ax.containers, hues, strict=False):
+        if hue == PAPER_MEAN:
+            for bar in container:
+                bar.set_hatch("///")
+                bar.set_edgecolor("0.45")
         ax.bar_label(container, fmt="%.2f", fontsize=7)
+    handles = [Patch(facecolor=palette[h], edgecolor="0.45" if h == PAPER_MEAN else palette[h],
+                     hatch="///" if h == PAPER_MEAN else None, label=h) for h in hues]
+    ax.legend(handles=handles, title="", fontsize=7)
     ax.set_xticks(range(len(order)), [name.replace("_", "\n") for name in order])
     ax.set_xlabel("prefill scheduling policy")
     ax.set_ylabel("TTFT (s)")
-    ax.set_title("TTFT by prefill-scheduling policy")
+    ax.set_title("TTFT by prefill-scheduling policy: ours (mean, p90) and the paper's average TTFT")
     return save_figure(fig, data, job_dir, "scheduling_ttft")
 
 
@@ -331,6 +385,7 @@ def plot_splitwise(job_dir: Path) -> list[Path]:
 # ---------------------------------------------------------------------------------------------- dispatch
 
 PLOTS_BY_FIGURE: dict[str, tuple[PlotFn, ...]] = {
+    "real_replay": (plot_replay_quantiles, plot_replay_attainment, plot_replay_overload),
     "slo_attainment": (plot_slo_attainment, plot_slo_goodput),
     "pareto": (plot_pareto,),
     "slo_scale": (plot_slo_scale,),

@@ -34,6 +34,7 @@ from vocab.errors import ConfigError
 from workloads.config import (
     RATE_RPS_RANGE,
     AzureTraceConfig,
+    DistServeRequestsConfig,
     MooncakeTraceConfig,
     SharedPrefixConfig,
     ShareGPTLengthsConfig,
@@ -200,7 +201,7 @@ class SimVsRealConfig:
                                   f"got {self.goals.get(key)!r}")
 
 
-STUDIES = ("sim_sweep", "splitwise_provisioning", "placement_search")
+STUDIES = ("sim_sweep", "splitwise_provisioning", "placement_search", "real_replay")
 
 
 @dataclass
@@ -212,7 +213,7 @@ class StudyConfig:
     ``per_gpu_rates`` (times each variant's GPU count) or trace ``speedups`` (arrival.time_scale = 1/speedup).
     """
 
-    kind: str = "sim_sweep"  # sim_sweep | splitwise_provisioning | placement_search
+    kind: str = "sim_sweep"  # sim_sweep | splitwise_provisioning | placement_search | real_replay
     figure: str = ""  # which figure the study's table feeds (figures/sim_studies.py)
     variants: dict[str, list[str]] = field(default_factory=dict)
     rates_rps: list[float] = field(default_factory=list)
@@ -272,6 +273,7 @@ WORKLOAD_SCHEMAS = {
     "_schema_azure_trace": AzureTraceConfig,
     "_schema_shared_prefix": SharedPrefixConfig,
     "_schema_sharegpt_lengths": ShareGPTLengthsConfig,
+    "_schema_distserve_requests": DistServeRequestsConfig,
 }
 
 

@@ -37,15 +37,17 @@ class Experiment:
     full_only: bool = False
 
 
-EXPERIMENTS: tuple[Experiment, ...] = (  # minutes: measured on 2 shared cores, 2026-12-01
+EXPERIMENTS: tuple[Experiment, ...] = (  # minutes: measured on 2 shared cores, 2026-12-01 (DistServe's: 2026-12-05)
     Experiment("mooncake_cache_hit", "Mooncake prefix-cache hit rate vs capacity, global vs local pool", 0.1),
     Experiment("mooncake_scheduling", "Mooncake: average TTFT of four scheduling policies", 0.3),
     Experiment("mooncake_global_cache", "Mooncake Fig. 10: global vs local KV cache on 10 prefill nodes", 0.2),
     Experiment("mooncake_rejection", "Mooncake: baseline / early / predictive rejection under 2x overload", 0.5),
     Experiment("mooncake_capacity", "Mooncake vs vLLM: share of effective requests at TBT 100..1000 ms, trace load",
                0.5),
+    Experiment("distserve_real_replay", "the simulator against DistServe's 24 real A100 runs of DistServe and vLLM "
+               "(request by request)", 0.25),
     Experiment("distserve_slo_attainment", "DistServe-style SLO attainment vs per-GPU rate, four systems + "
-               "DistServe's ShareGPT runs", 1.6),
+               "DistServe's ShareGPT runs", 1.8),
     Experiment("distserve_tighter_slo", "DistServe's tighter-SLO runs: attainment vs SLO scale at 1.5 req/s/GPU", 0.2),
     Experiment("distserve_placement", "DistServe's simulator placement search for OPT-13B on 4 A100", 0.1),
     Experiment("splitwise_provisioning", "Splitwise throughput per $ and per W, iso-cost and iso-power", 2.0),

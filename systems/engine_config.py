@@ -27,6 +27,7 @@ DEVICES = ("auto", "cpu", "gpu")
 HOSTINGS = ("local", "ray")  # engine.hosting of engine=vllm
 RAY_BINDS = ("node_ip", "loopback")
 MIXED_POOLS = ("dedicated", "dynamic")  # engine.mixed_pool of engine=sim
+KV_HANDOFFS = ("push", "pull")  # engine.kv_handoff of engine=sim
 MIN_SAMPLE_INTERVAL_S = 1e-3  # engine.sample_interval_s: load samples at most every millisecond of simulated time
 
 
@@ -119,6 +120,28 @@ class SimPoolConfig:
 
 
 @dataclass
+class ProfileAdjustConfig:
+    """A correction fitted from measured runs on top of DistServe's profile (``engine.perf_model=distserve``):
+    prefill times scaled, and a per-step and a per-sequence cost added to every decode step
+    (``python -m harness experiment=distserve_real_replay`` fits them; docs/simulator.md)."""
+
+    prefill_scale: float = 1.0
+    step_ms: float = 0.0  # added to every decode step (iteration overhead outside the model's forward pass)
+    seq_ms: float = 0.0  # added per sequence of a decode step (per-sequence scheduling, sampling, detokenising)
+
+    def __post_init__(self) -> None:
+        for key in ("prefill_scale", "step_ms", "seq_ms"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value >= (1e-3 if key == "prefill_scale" else 0.0)):
+                raise ConfigError(f"engine.profile_adjust.{key}: expected a finite number "
+                                  f"{'> 0' if key == 'prefill_scale' else '>= 0'}, got {value}")
+
+    @property
+    def identity(self) -> bool:
+        return self.prefill_scale == 1.0 and self.step_ms == 0.0 and self.seq_ms == 0.0
+
+
+@dataclass
 class SimKVPoolConfig:
     """Mooncake's KV-cache pool in the simulator: node DRAM tier plus the other nodes' DRAM (remote tier).
 
@@ -149,6 +172,7 @@ class SimEngineConfig(EngineConfig):
     profile_check: bool = True  # false: use a profile measured on another CPU model or with another model anyway
     #                             (the mismatch is logged)
     profiles_dir: Optional[str] = None  # public latency profiles; default search: $PERF_PROFILES_DIR, ./data/perf_profiles, ../shared/perf_profiles
+    profile_adjust: ProfileAdjustConfig = field(default_factory=ProfileAdjustConfig)  # perf_model=distserve only
     iteration_overhead: str = "none"  # none | simdistserve: add DistServe's simulator's 2 ms + 1e-4 ms/token per iteration
     token_phase_timing: str = "ours"  # ours | splitwise_sim: decode steps looked up as splitwise-sim does (perf_model=splitwise)
     gpu_memory_utilization: float = 0.9
@@ -167,6 +191,9 @@ class SimEngineConfig(EngineConfig):
     kv_link_per_gpu: bool = False  # kv_link is each GPU's own NIC (DGX: one per GPU): an instance of n GPUs sends
     #                                over n of them at once; false: one kv_link per instance (a node's NICs)
     layerwise_transfer: bool = False  # overlap the KV transfer with the prefill, layer by layer (Splitwise)
+    kv_handoff: str = "push"  # push: a finished prefill's KV moves to a decode instance at once (and waits there when
+    #                           none has room); pull: DistServe's, the KV stays on the prefill instance (holding its
+    #                           memory) until a decode instance has room for it (decoding_stage_scheduler.py)
     kv_pool: SimKVPoolConfig = field(default_factory=SimKVPoolConfig)
     rejection: str = "none"  # none | baseline (after prefill) | early | predictive
     kvcache_balancing_threshold: float = 2.0
@@ -189,6 +216,11 @@ class SimEngineConfig(EngineConfig):
         self._check_scheduling(self.rejection, self.kvcache_balancing_threshold)
         self._check_peer_timing()
         self._check_profile()
+        if self.kv_handoff not in KV_HANDOFFS:
+            raise ConfigError(f"engine.kv_handoff: expected one of {', '.join(KV_HANDOFFS)}, got {self.kv_handoff!r}")
+        if not self.profile_adjust.identity and self.perf_model != "distserve":
+            raise ConfigError(f"engine.profile_adjust: corrects DistServe's profile (engine.perf_model=distserve); "
+                              f"this run uses engine.perf_model={self.perf_model}")
         if self.mixed_pool not in MIXED_POOLS:
             raise ConfigError(f"engine.mixed_pool: expected one of {', '.join(MIXED_POOLS)}, got {self.mixed_pool!r}")
         self._check_positive("mixed_prompt_queue_tokens")

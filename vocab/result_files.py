@@ -32,6 +32,9 @@ SLO_CROSSING_FILE = "slo_crossing.csv"  # sim_sweep with study.slo_scales: where
 PROBES_FILE = "probes.csv"  # splitwise_provisioning: every simulation of the rate searches
 SENSITIVITY_FILE = "sensitivity.csv"  # splitwise_provisioning with study.params.scenarios: the same rows per scenario
 PLACEMENT_FILE = "placement.json"  # placement_search: the chosen configuration
+REPLAY_FILE = "replay.csv"  # real_replay: one row per measured run and metric (measured, predicted, error, target)
+REPLAY_RUNS_FILE = "replay_runs.csv"  # real_replay: one row per measured run
+REPLAY_FIT_FILE = "replay_fit.csv"  # real_replay: the fitted profile corrections and the layout choice
 VARIANTS_DIR = "variants"  # job=compare: each variant's own job folder
 CACHE_HIT_FILE = "cache_hit.csv"  # job=cache_study: hit rate per trace, policy and capacity
 GLOBAL_LOCAL_FILE = "global_local.csv"  # job=cache_study: one global pool vs private caches

@@ -29,7 +29,7 @@ CV_RANGE = (1e-3, 1e2)  # gamma coefficient of variation
 # larger count is a corrupt value, and would make the loaders build millions of hash ids for one request.
 MAX_REQUEST_TOKENS = 10**7
 MAX_GENERATED_REQUESTS = 10**7  # shared_prefix: num_groups x prompts_per_group x turns
-WORKLOAD_KINDS = ("mooncake_trace", "azure_trace", "shared_prefix", "sharegpt_lengths")
+WORKLOAD_KINDS = ("mooncake_trace", "azure_trace", "shared_prefix", "sharegpt_lengths", "distserve_requests")
 
 
 def _is_missing(value: Any) -> bool:
@@ -220,6 +220,25 @@ class ShareGPTLengthsConfig(TraceFileConfig):
             if self.arrival.kind == "trace":
                 _fail("arrival.kind", "'trace' needs trace timestamps, and sharegpt_lengths has none; use poisson, "
                       "gamma or closed_loop (e.g. workload.arrival.kind=poisson workload.arrival.rate_rps=2.0)")
+            self.arrival.validate()
+
+
+@dataclass
+class DistServeRequestsConfig(TraceFileConfig):
+    """The DistServe authors' OPT-13B ShareGPT requests (``distserve_opt13b_a100/workload/``): one run's file
+    replayed with its arrivals (``arrival.kind=trace``), or a folder's files pooled as a length source with a
+    synthetic arrival process (Poisson by default), shuffled by ``sample_seed`` so the first N are a sample."""
+
+    KIND: ClassVar[Optional[str]] = "distserve_requests"
+
+    arrival: ArrivalConfig = field(default_factory=_synthetic_arrival_default)
+    sample_seed: Optional[int] = 0  # a pooled folder is shuffled with this seed; null: file order
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.sample_seed is not None:
+            _check_int("sample_seed", self.sample_seed, 0)
+        if isinstance(self.arrival, ArrivalConfig):
             self.arrival.validate()
 
 

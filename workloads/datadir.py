@@ -72,11 +72,11 @@ def search_dirs(data_dir: Optional[str] = None) -> list[Path]:
     return dedupe_paths(candidates)
 
 
-def first_file(dirs: list[Path], relpath: str | Path) -> Optional[Path]:
-    """``dir / relpath`` for the first of ``dirs`` where that is a file, else None."""
+def first_file(dirs: list[Path], relpath: str | Path, allow_dir: bool = False) -> Optional[Path]:
+    """``dir / relpath`` for the first of ``dirs`` where that is a file (or a folder, with ``allow_dir``), else None."""
     for directory in dirs:
         candidate = directory / relpath
-        if candidate.is_file():
+        if candidate.is_file() or (allow_dir and candidate.is_dir()):
             return candidate
     return None
 
@@ -101,15 +101,16 @@ def upstream_hint(file: str) -> str:
     return f"it is published upstream at {source.describe()}"
 
 
-def resolve_trace_path(file: str, data_dir: Optional[str] = None) -> Path:
+def resolve_trace_path(file: str, data_dir: Optional[str] = None, allow_dir: bool = False) -> Path:
     """The path of trace ``file``: as-is when absolute, else under ``data_dir`` when one is given (only
-    there), else the first directory of the default search that holds it.
+    there), else the first directory of the default search that holds it. With ``allow_dir`` a folder of that
+    name counts too (workloads that pool a folder's files).
 
     Raises :class:`TraceNotFoundError` naming the file, every directory searched and the upstream source.
     """
     path = Path(file).expanduser()
     if path.is_absolute():
-        if path.is_file():
+        if path.is_file() or (allow_dir and path.is_dir()):
             return path
         raise TraceNotFoundError(
             f"trace file {str(path)!r} not found (absolute path, no search); {upstream_hint(file)}",
@@ -117,7 +118,7 @@ def resolve_trace_path(file: str, data_dir: Optional[str] = None) -> Path:
             searched=[],
         )
     dirs = search_dirs(data_dir)
-    found = first_file(dirs, path)
+    found = first_file(dirs, path, allow_dir)
     if found is not None:
         logger.debug("trace %s resolved to %s", file, found)
         return found

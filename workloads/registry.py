@@ -12,6 +12,7 @@ from omegaconf.errors import OmegaConfBaseException
 from workloads.azure_trace import AzureTraceWorkload
 from workloads.base import Workload
 from workloads.config import WorkloadConfig
+from workloads.distserve_runs import DistServeRequestsWorkload
 from workloads.errors import WorkloadConfigError
 from workloads.mooncake_trace import MooncakeTraceWorkload
 from workloads.shared_prefix import SharedPrefixWorkload
@@ -19,7 +20,7 @@ from workloads.sharegpt_lengths import ShareGPTLengthsWorkload
 
 WORKLOAD_CLASSES: Mapping[str, type[Workload]] = MappingProxyType(
     {cls.kind: cls for cls in (MooncakeTraceWorkload, AzureTraceWorkload, SharedPrefixWorkload,
-                               ShareGPTLengthsWorkload)}
+                               ShareGPTLengthsWorkload, DistServeRequestsWorkload)}
 )
 
 

@@ -1,9 +1,10 @@
 """What every reproduction claim is made of: the claim, its setup cell, our outcome and its verdict.
 
 A :class:`Claim` names the paper's qualitative claim (with its citation), the paper's number as published,
-the setup the paper ran it in next to ours (:class:`Setup`), the experiment preset that reproduces it, and a
-function that computes *our* number from that experiment's newest finished job folder and grades it
-(:class:`Outcome`). Nothing of ours is typed in.
+the experiment preset that reproduces it, what of the paper's setup and ours is specific to this claim
+(:class:`Setup`), the figures of the experiment's job that show it, and a function that computes *our* number
+from that experiment's newest finished job folder and grades it (:class:`Outcome`). Nothing of ours is typed
+in. The setup common to every claim of one experiment is written once, in its :class:`Experiment`.
 
 Verdicts have three levels, decided by rules stated here and printed in the report's header:
 
@@ -72,11 +73,16 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Setup:
-    """The setup cell: how the paper ran the experiment, how we run it, and each difference."""
+    """How the paper ran an experiment, how we run it, and each difference; empty parts are left out (a claim
+    whose setup is all in its :class:`Experiment` has an empty one)."""
 
-    paper: str
-    ours: str
+    paper: str = ""
+    ours: str = ""
     differences: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.paper or self.ours or self.differences)
 
     def __str__(self) -> str:
         diffs = "; ".join(self.differences) if self.differences else "none"
@@ -84,8 +90,19 @@ class Setup:
 
 
 @dataclass(frozen=True)
+class Experiment:
+    """An experiment preset (``experiment=<name>``) and the setup common to every claim read from its job."""
+
+    name: str
+    title: str
+    setup: Setup
+
+
+@dataclass(frozen=True)
 class Claim:
-    """One paper claim: who claims it, what, the published number, the setups, and how we compute ours."""
+    """One paper claim: who claims it, what, the published number, the setup specific to it (the rest is its
+    experiment's), how we compute ours, the figures of its job that show it (PNG stems under the job's
+    ``figures/``) and a short title for the report."""
 
     key: str
     paper: str
@@ -93,7 +110,14 @@ class Claim:
     paper_number: str
     experiment: str
     compute: Callable[[JobFolder], Outcome]
-    setup: Setup
+    setup: Setup = field(default_factory=Setup)
+    figures: tuple[str, ...] = ()
+    title: str = ""
+
+    @property
+    def heading(self) -> str:
+        """The claim's short title (its key when it has none)."""
+        return self.title or self.key
 
     @property
     def command(self) -> str:

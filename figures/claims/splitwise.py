@@ -18,6 +18,7 @@ import pandas as pd
 from figures.claims.base import (
     FAILS,
     Claim,
+    Experiment,
     MissingData,
     Outcome,
     Setup,
@@ -138,7 +139,7 @@ def splitwise_pool_sizing(job: JobFolder) -> Outcome:
     return _outcome(job, _pool_sizing)
 
 
-# ---------------------------------------------------------------------------------------------- setup cells
+# ---------------------------------------------------------------------------------------------- setups
 
 PAPER_RUN = ("Llama-2-70B at TP 8 per DGX-A100 / DGX-H100 in splitwise-sim (measured profile; at most 512 sequences "
              "and 2,048 tokens per batch, prompts never chunked; dynamic mixed pool; 200 Gbps per GPU KV links); "
@@ -160,44 +161,48 @@ DIFFERENCES = (
     "baseline routes by outstanding requests (splitwise-sim: pending tokens)",
 )
 
-
-def _setup(paper: str, ours: str, *extra: str) -> Setup:
-    return Setup(paper=f"{paper}; {PAPER_RUN}", ours=f"{ours}; {OURS_RUN}", differences=(*extra, *DIFFERENCES))
-
-
 ISOPOWER = "iso-power: 224 kW, i.e. 70 DGX-A100 or 40 DGX-H100 (8 x GPU TDP: 3.2 / 5.6 kW per machine)"
 ISOCOST = "iso-cost: $1,520/hr, i.e. 86 DGX-A100 or 40 DGX-H100 ($17.6 / $38 per machine-hour)"
-SPLITWISE_SETUP = _setup("conversation and coding traces, iso-power and iso-cost clusters",
-                         "both traces, both budgets")
+EXPERIMENT = "splitwise_provisioning"
+SPLITWISE_SETUP = Setup(paper=f"conversation and coding traces; {ISOPOWER}; {ISOCOST}; {PAPER_RUN}",
+                        ours=f"both traces, both budgets (the same iso-power and iso-cost clusters); {OURS_RUN}", differences=DIFFERENCES)
+FIGURES = ("splitwise",)
 
+EXPERIMENTS: tuple[Experiment, ...] = (
+    Experiment(EXPERIMENT, "Splitwise ISCA'24 provisioning (§6.2-6.3, Fig. 18)", SPLITWISE_SETUP),
+)
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("splitwise_aa_isopower", SPLITWISE,
           "Iso-power, conversation: Splitwise-AA out-serves Baseline-A100 (§6.2, Fig. 18a [P])",
-          "2.15x throughput", "splitwise_provisioning",
+          "2.15x throughput", EXPERIMENT,
           splitwise_vs("splitwise_aa", "baseline_a100", "power", AA_ISOPOWER),
-          setup=_setup(f"conversation, {ISOPOWER}; Splitwise-AA best at 45P/25T (scripts/run_throughput_isopower.sh)",
-                       f"conversation, {ISOPOWER}")),
+          setup=Setup("conversation, iso-power; Splitwise-AA best at 45P/25T (scripts/run_throughput_isopower.sh)",
+                      "conversation, iso-power"),
+          figures=FIGURES, title="Splitwise-AA vs Baseline-A100, iso-power"),
     Claim("splitwise_ha_isopower", SPLITWISE,
           "Iso-power, conversation: Splitwise-HA out-serves Baseline-A100 at lower cost (§6.2, Fig. 18a [P])",
-          "1.18x throughput at 10% lower cost", "splitwise_provisioning",
+          "1.18x throughput at 10% lower cost", EXPERIMENT,
           splitwise_vs("splitwise_ha", "baseline_a100", "power", HA_ISOPOWER, cheaper=True),
-          setup=_setup(f"conversation, {ISOPOWER}; Splitwise-HA 25 H100 prompt + 26 A100 token machines "
-                       "(scripts/run_throughput_isopower.sh)", f"conversation, {ISOPOWER}",
-                       "with Table I prices an A100 costs less per kW than an H100 ($5.5 vs $6.8 per kW-hour), so "
+          setup=Setup("conversation, iso-power; Splitwise-HA 25 H100 prompt + 26 A100 token machines "
+                      "(scripts/run_throughput_isopower.sh)", "conversation, iso-power",
+                      ("with Table I prices an A100 costs less per kW than an H100 ($5.5 vs $6.8 per kW-hour), so "
                        "no iso-power HA cluster costs less than Baseline-A100; the outcome also gives the ratio "
-                       "and cost against Baseline-H100")),
+                       "and cost against Baseline-H100",)),
+          figures=FIGURES, title="Splitwise-HA vs Baseline-A100, iso-power"),
     Claim("splitwise_aa_isocost", SPLITWISE,
           "Iso-cost, conversation: Splitwise-AA out-serves Baseline-H100 (§6.3, Fig. 18b [P])",
-          "1.4x throughput (+25% power)", "splitwise_provisioning",
+          "1.4x throughput (+25% power)", EXPERIMENT,
           splitwise_vs("splitwise_aa", "baseline_h100", "cost", AA_ISOCOST),
-          setup=_setup(f"conversation, {ISOCOST}; Splitwise-AA best at 51P/35T (scripts/run_throughput_isocost.sh)",
-                       f"conversation, {ISOCOST}")),
+          setup=Setup("conversation, iso-cost; Splitwise-AA best at 51P/35T (scripts/run_throughput_isocost.sh)",
+                      "conversation, iso-cost"),
+          figures=FIGURES, title="Splitwise-AA vs Baseline-H100, iso-cost"),
     Claim("splitwise_pool_sizing", SPLITWISE,
           "Pool sizes follow the workload: coding (long prompts, few tokens) gets a larger share of prompt "
           "machines than conversation (iso-power Splitwise-HH, §6.2 [P])",
-          "coding 35P/5T (88% prompt) vs conversation 25P/15T (62% prompt)", "splitwise_provisioning",
+          "coding 35P/5T (88% prompt) vs conversation 25P/15T (62% prompt)", EXPERIMENT,
           splitwise_pool_sizing,
-          setup=_setup(f"both traces, {ISOPOWER}, Splitwise-HH (40 DGX-H100) split between prompt and token pools",
-                       f"both traces, {ISOPOWER}; graded on the ratio of prompt shares (paper 1.40x)")),
+          setup=Setup("both traces, iso-power, Splitwise-HH (40 DGX-H100) split between prompt and token pools",
+                      "both traces, iso-power; graded on the ratio of prompt shares (paper 1.40x)"),
+          figures=FIGURES, title="Splitwise pool sizes follow the workload"),
 )

@@ -13,6 +13,10 @@ def run_sim_study(cfg: Config, folder: RunFolder) -> JobResult:
         from harness.studies.sim_sweep import run_sim_sweep
 
         return run_sim_sweep(cfg, folder)
+    if kind == "real_replay":
+        from harness.studies.real_replay import run_real_replay
+
+        return run_real_replay(cfg, folder)
     if kind == "splitwise_provisioning":
         from harness.studies.splitwise_provisioning import run_splitwise_provisioning
 

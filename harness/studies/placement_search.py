@@ -17,7 +17,8 @@ node budget and, by default, the plan's end-to-end max rate is found with full P
   ``esp`` (0.25), ``tpot_rule`` (``simdistserve``: decode time / output length; ``suite``: / (output - 1)),
   ``decode_kv_limit`` (``profile``: the layout's KV capacity; ``none``: unlimited, as simdistserve's decode
   worker) and ``sensitivity`` (``{name: {param: value}}``: the search rerun with those params changed, each
-  result under ``placement.json``'s ``sensitivity``);
+  result under ``placement.json``'s ``sensitivity``; the key ``workload`` names a ``conf/workload`` config whose
+  requests that run searches on, e.g. ``workload: sharegpt``);
 - ``gpus_per_node`` (4), ``nodes`` (1): the GPU budget; ``tp <= gpus_per_node``, ``tp * pp <= both``;
 - ``target_rate_rps`` (null): also replicate the best layouts to serve this rate;
 - ``verify`` (``bisect``): ``bisect`` | ``point`` (attainment at the plan's rate) | ``none``;
@@ -86,6 +87,7 @@ from harness.studies.placement_pairs import (
 )
 from harness.studies.placement_pairs_report import pair_report, pair_table
 from harness.studies.simulate import load_requests, point_workload
+from harness.studies.variants import compose_variant
 from systems.sim.deployment_setup import DeploymentSetup, PoolSetup
 from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.registry import build_perf_model
@@ -156,6 +158,14 @@ def placement_params(study: Any) -> dict[str, Any]:
     return params
 
 
+SENSITIVITY_WORKLOAD = "workload"  # a sensitivity run's workload: a conf/workload name (e.g. sharegpt)
+
+
+def workload_config(name: str) -> Any:
+    """The workload config of ``conf/workload/<name>.yaml`` (``ConfigError`` naming it when there is none)."""
+    return compose_variant([f"workload={name}"]).workload
+
+
 def _check_sensitivity(params: dict[str, Any]) -> None:
     """Each ``study.params.sensitivity.<name>`` is a mapping of other pair-search params."""
     runs = params["sensitivity"]
@@ -167,10 +177,15 @@ def _check_sensitivity(params: dict[str, Any]) -> None:
         if not isinstance(changes, dict) or not changes:
             raise ConfigError(f"study.params.sensitivity.{name}: must be a non-empty mapping of params, got {changes!r}")
         bad = sorted(set(changes) & {"method", "sensitivity", "gpus_per_node", "nodes", *PARALLEL_PARAMS}) or \
-            sorted(set(changes) - set(DEFAULT_PARAMS))
+            sorted(set(changes) - set(DEFAULT_PARAMS) - {SENSITIVITY_WORKLOAD})
         if bad:
             raise ConfigError(f"study.params.sensitivity.{name}.{bad[0]}: not a param a sensitivity run can change")
-        placement_params(_Params({**{k: v for k, v in params.items() if k != "sensitivity"}, **changes}))
+        workload = changes.get(SENSITIVITY_WORKLOAD, "")
+        if not isinstance(workload, str):
+            raise ConfigError(f"study.params.sensitivity.{name}.{SENSITIVITY_WORKLOAD}: must be the name of a "
+                              f"conf/workload config (e.g. sharegpt), got {workload!r}")
+        search_changes = {k: v for k, v in changes.items() if k != SENSITIVITY_WORKLOAD}
+        placement_params(_Params({**{k: v for k, v in params.items() if k != "sensitivity"}, **search_changes}))
 
 
 class _Params:
@@ -379,8 +394,14 @@ def run_pair_search(cfg: Config, folder: RunFolder) -> JobResult:
     with _pool(cfg, params, folder) as pool:
         sim, workload = build_simulator(cfg)
         search = plan_pairs(cfg, params, sim, pool)
-        reruns = {name: plan_pairs(cfg, {**params, **changes}, sim, pool)
-                  for name, changes in params["sensitivity"].items()}
+        reruns = {}
+        for name, changes in params["sensitivity"].items():
+            search_changes = {k: v for k, v in changes.items() if k != SENSITIVITY_WORKLOAD}
+            if changes.get(SENSITIVITY_WORKLOAD):  # the same search on another workload's requests
+                vcfg = dataclasses.replace(cfg, workload=workload_config(changes[SENSITIVITY_WORKLOAD]))
+                reruns[name] = plan_pairs(vcfg, {**params, **search_changes}, build_simulator(vcfg)[0], pool)
+            else:
+                reruns[name] = plan_pairs(cfg, {**params, **search_changes}, sim, pool)
     table = pair_table(search)
     report = {**report_header(cfg, params, workload), **pair_report(search)}
     sensitivity = {}

@@ -56,6 +56,7 @@ class DeploymentSetup:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     layerwise_transfer: bool = False
+    kv_handoff: str = "push"  # push: KV moves at prefill end; pull: it stays on the prefill instance until a decode has room
     num_layers: int = 80
     kv_pool: KVPoolSetup = field(default_factory=KVPoolSetup)
     rejection: str = "none"  # "baseline" is applied here, after prefill; the rest by the scheduler

@@ -261,6 +261,11 @@ class SimInstance:
         self.reserved -= tokens
         self.touch()
 
+    def wake(self, now: float) -> None:
+        """Start an iteration if idle (e.g. a prefill that waited for KV memory now fits)."""
+        if not self.busy:
+            self._start(now)
+
     def _wake(self, now: float) -> None:
         if not self.busy:
             self._start(now)

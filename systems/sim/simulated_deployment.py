@@ -77,10 +77,13 @@ DISTSERVE_PROFILE_OF_SYSTEM = {"vllm_baseline": "vllm"}
 
 def perf_model_params(cfg: DeploymentConfig) -> dict[str, Any]:
     """Constructor parameters of ``cfg``'s performance model that depend on the system: with
-    ``engine.perf_model=distserve``, which engine's profile times it (vLLM's for ``vllm_baseline``); with
+    ``engine.perf_model=distserve``, which engine's profile times it (vLLM's for ``vllm_baseline``) and the
+    correction ``engine.profile_adjust`` puts on it; with
     ``fitted``, the profile file and whether it must match this host and model."""
     if cfg.engine.perf_model == "distserve":
-        return {"engine": DISTSERVE_PROFILE_OF_SYSTEM.get(cfg.system.name, "distserve")}
+        adjust = cfg.engine.profile_adjust
+        return {"engine": DISTSERVE_PROFILE_OF_SYSTEM.get(cfg.system.name, "distserve"),
+                "adjust": None if adjust.identity else (adjust.prefill_scale, adjust.step_ms, adjust.seq_ms)}
     if cfg.engine.perf_model == "fitted":
         return {"profile": cfg.engine.profile, "profile_check": cfg.engine.profile_check}
     return {}
@@ -190,7 +193,7 @@ def build_setup(cfg: DeploymentConfig, plans: list[PoolPlan], perf: dict[str, Pe
         system=system.name, pools=pools, kv_link=kv_link, router=router, scheduler=scheduler,
         prefix_caching=system.prefix_caching, chunked_prefill=engine.chunked_prefill,
         max_num_batched_tokens=engine.max_num_batched_tokens, max_num_seqs=engine.max_num_seqs,
-        layerwise_transfer=engine.layerwise_transfer, num_layers=cfg.model.num_layers, kv_pool=kv_pool,
+        layerwise_transfer=engine.layerwise_transfer, kv_handoff=engine.kv_handoff, num_layers=cfg.model.num_layers, kv_pool=kv_pool,
         rejection=engine.rejection, tbt_slo_s=_slo_s(tbt), max_model_len=cfg.model.max_model_len,
         mixed_overflow_queue_s=engine.mixed_overflow_queue_s, sample_interval_s=engine.sample_interval_s,
         kv_link_per_gpu=engine.kv_link_per_gpu, whole_prompts=engine.whole_prompts,

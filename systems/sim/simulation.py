@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
@@ -170,6 +170,9 @@ class Simulation(InstanceHooks):
         self._decode_s_sum = 0.0  # decode durations of the requests finished so far (uniform t_d estimate)
         self._decode_s_n = 0
         self.wasted_prefill_tokens = 0  # prompt tokens computed for requests rejected after their prefill
+        self._pull = setup.kv_handoff == "pull" and setup.mixed_pool != "dynamic"
+        self._parked: deque[tuple[SimInstance, SimRequest]] = deque()  # pull: prefilled, waiting for decode room
+        self._inbound = [0] * len(self.instances)  # pull: KV tokens on their way to each instance (room taken)
 
     # -- load indexes (see the module docstring) ---------------------------------------------------
     def _build_indexes(self) -> None:
@@ -705,7 +708,39 @@ class Simulation(InstanceHooks):
             self.wasted_prefill_tokens += req.prompt - req.cached_tokens
             self._fail(req, now, "rejected after prefill: decode instances overloaded (baseline)", RequestStatus.REJECTED)
             return
-        target = self._pick_decode(req.prompt)
+        if self._pull:
+            target = self._decode_with_room(req.prompt)
+            if target is None and self._fits_a_decode(req.prompt):  # no room now: the KV stays here, holding memory
+                self._parked.append((inst, req))
+                self.counters["parked_for_decode_room"] += 1
+                return
+            if target is None:  # no decode instance can ever hold it: it fails there, as under push
+                target = self._pick_decode(req.prompt)
+        else:
+            target = self._pick_decode(req.prompt)
+        self._hand_off(inst, target, req, now)
+
+    def _fits_a_decode(self, prompt_tokens: int) -> bool:
+        return any(prompt_tokens + 1 <= d.kv_capacity for d in self.by_role["decode"])
+
+    def _decode_with_room(self, prompt_tokens: int) -> Optional[SimInstance]:
+        """Pull: the decode instance with the fastest estimated step among those with room for the request's KV
+        beside what they hold, what waits there and what is on its way to them (DistServe's decode allocates a
+        request's blocks before it migrates them); ties to the lowest index; None when none has room."""
+        best: Optional[SimInstance] = None
+        best_step = math.inf
+        inbound = self._inbound
+        for d in self.by_role["decode"]:
+            if d.kv_capacity - d.kv_used - d.pending_ctx - inbound[d.index] - prompt_tokens - 1 >= 0:
+                step = d.step_estimate_s(1, prompt_tokens + 1)
+                if step < best_step:
+                    best, best_step = d, step
+        return best
+
+    def _hand_off(self, inst: SimInstance, target: SimInstance, req: SimRequest, now: float) -> None:
+        """Move ``req``'s KV from the prefill instance ``inst`` to the decode instance ``target``."""
+        if self._pull:
+            self._inbound[target.index] += req.prompt + req.generated
         bytes_ = float(inst.perf.kv_bytes_per_token) * req.prompt
         if target.index == inst.index:
             self._transferred(now, (inst, target, req))
@@ -914,10 +949,26 @@ class Simulation(InstanceHooks):
         src, dst, req = arg
         src.release(req.reserved)
         req.reserved = 0
+        src.wake(now)  # a prompt that waited for this memory can start
+        if self._pull:
+            self._inbound[dst.index] -= req.prompt + req.generated
         dst.enqueue_decode(req, now)
+
+    def _unpark(self, now: float) -> None:
+        """Pull: hand the parked requests off, oldest first, while a decode instance has room for the next."""
+        parked = self._parked
+        while parked:
+            inst, req = parked[0]
+            target = self._decode_with_room(req.prompt)
+            if target is None:
+                return
+            parked.popleft()
+            self._hand_off(inst, target, req, now)
 
     def on_finished(self, inst: SimInstance, req: SimRequest, now: float) -> None:
         inst.touch()
+        if self._parked and inst.role == "decode":
+            self._unpark(now)
         if self._route_index is not None:
             self._route_index.set(self._pos[inst.index], inst.outstanding)
         self._done += 1
@@ -938,6 +989,8 @@ class Simulation(InstanceHooks):
             inst.release(req.reserved)
             req.reserved = 0
         self._fail(req, now, reason)
+        if self._parked and inst.role == "decode":  # its KV is free: a parked request may fit now
+            self._unpark(now)
 
 
 def _queue_key(inst: SimInstance) -> tuple[float, int]:

@@ -11,6 +11,7 @@ import yaml
 
 from figures.claims import distserve
 from figures.claims.base import VERDICTS
+from figures.sim_studies import plot_slo_attainment
 from figures.slo_scale import plot_slo_scale
 from figures.study_tables import JobFolder
 from harness.results import RunFolder
@@ -45,26 +46,32 @@ def test_the_vllm_profile_is_slower_than_distserves_at_tp1(compose):
 def test_tighter_slo_preset_is_the_artifacts_fig8_lower_run(compose):
     cfg = compose([TIGHTER])
     study = cfg.study
-    assert (cfg.workload.name, cfg.model.name, cfg.slo.ttft_ms, cfg.slo.tpot_ms) == ("sharegpt", "opt_13b", 250, 100)
+    assert (cfg.model.name, cfg.slo.ttft_ms, cfg.slo.tpot_ms) == ("opt_13b", 250, 100)
     assert 1.5 in study.per_gpu_rates and list(study.slo_scales) == [1.6, 1.4, 1.2, 1.0, 0.8, 0.6, 0.4]
-    ds = compose_variant([TIGHTER, *study.variants["sharegpt/DistServe"]])
-    vl = compose_variant([TIGHTER, *study.variants["sharegpt/vLLM"]])
+    # the artifact's run: 100 requests per GPU (the @n100 sensitivity run); judged: all of DistServe's requests
+    for tag, counts in (("distserve_sharegpt@n100", (300, 100)), ("distserve_sharegpt", (1600, 1600))):
+        ds = compose_variant([TIGHTER, *study.variants[f"{tag}/DistServe"]])
+        vl = compose_variant([TIGHTER, *study.variants[f"{tag}/vLLM"]])
+        assert ds.workload.name == vl.workload.name == "distserve_sharegpt"
+        assert (ds.workload.max_requests, vl.workload.max_requests) == counts
     assert (ds.system.prefill_instances, ds.engine.prefill.tp, ds.system.decode_instances, ds.engine.decode.tp) == \
         (1, 2, 1, 1)
     assert (vl.system.colocated_instances, vl.engine.colocated.tp, vl.engine.chunked_prefill) == (1, 1, False)
     assert (vl.engine.max_num_batched_tokens, vl.engine.max_num_seqs) == (16384, 1024)
-    assert (ds.workload.max_requests, vl.workload.max_requests) == (300, 100)  # 100 per GPU
     assert SimulatedDeployment(ds).n_gpus == 3 and SimulatedDeployment(vl).n_gpus == 1
 
 
-def test_goodput_preset_has_the_artifacts_sharegpt_runs(compose):
+def test_goodput_preset_has_the_artifacts_runs_on_distserves_own_requests(compose):
     cfg = compose([GOODPUT])
     assert {0.25, 0.5, 1.0, 1.5, 2.0, 2.25, 2.5, 3.0} <= set(cfg.study.per_gpu_rates)
-    ds = compose_variant([GOODPUT, *cfg.study.variants["sharegpt/DistServe"]])
-    vl = compose_variant([GOODPUT, *cfg.study.variants["sharegpt/vLLM"]])
-    assert ds.workload.name == vl.workload.name == "sharegpt"
-    assert SimulatedDeployment(ds).n_gpus == 3 and SimulatedDeployment(vl).n_gpus == 1
-    assert SimulatedDeployment(vl).perf["colocated"].describe()["engine"] == "vllm"
+    for tag, workload in (("distserve_sharegpt", "distserve_sharegpt"), ("sharegpt", "sharegpt")):
+        ds = compose_variant([GOODPUT, *cfg.study.variants[f"{tag}/DistServe"]])
+        vl = compose_variant([GOODPUT, *cfg.study.variants[f"{tag}/vLLM"]])
+        assert ds.workload.name == vl.workload.name == workload
+        assert SimulatedDeployment(ds).n_gpus == 3 and SimulatedDeployment(vl).n_gpus == 1
+        assert SimulatedDeployment(vl).perf["colocated"].describe()["engine"] == "vllm"
+        assert ds.engine.kv_handoff == "pull"  # DistServe's decode pulls a KV when it has room
+    assert distserve.JUDGED_WORKLOAD == "distserve_sharegpt"
 
 
 def test_placement_preset_is_the_readme_search(compose):
@@ -73,7 +80,8 @@ def test_placement_preset_is_the_readme_search(compose):
     assert (params["method"], params["max_per_gpu_rate"], params["esp"], cfg.study.max_requests) == \
         ("simdistserve", 5.0, 0.25, 300)
     assert (cfg.workload.name, cfg.slo.ttft_ms, cfg.slo.tpot_ms, cfg.engine.iteration_overhead) == \
-        ("sharegpt", 200, 100, "simdistserve")
+        ("distserve_sharegpt", 200, 100, "simdistserve")
+    assert params["sensitivity"]["sarathi_sharegpt_lengths"] == {"workload": "sharegpt"}
 
 
 def _run(tmp_path: Path, monkeypatch, *job: str) -> Path:
@@ -100,14 +108,20 @@ def test_reduced_tighter_slo_run_end_to_end(tmp_path, monkeypatch, shared_traces
     assert set(crossings["variant"]) == set(variants) and set(crossings["bound"]) <= {"exact", "at_most", "above_range"}
     assert sorted(p.name for p in plot_slo_scale(job)) == ["slo_scale.csv", "slo_scale.png"]
     outcome = distserve.distserve_tighter_slo(JobFolder(job))
-    assert outcome.verdict in VERDICTS and "sharegpt at 1.5 req/s/GPU" in outcome.value
+    assert outcome.verdict in VERDICTS and "distserve_sharegpt at 1.5 req/s/GPU" in outcome.value
 
 
 def test_reduced_goodput_run_end_to_end(tmp_path, monkeypatch, shared_traces):
     job = _run(tmp_path, monkeypatch, GOODPUT, f"data_dir={shared_traces}", "engine.progress=false",
                "study.max_requests=20", "study.per_gpu_rates=[0.5,2.0,8.0]")
     table = pd.read_csv(job / "study.csv")
-    assert {"sharegpt/vLLM", "sharegpt/DistServe"} <= set(table["variant"])
+    assert {"distserve_sharegpt/vLLM", "distserve_sharegpt/DistServe", "sharegpt/vLLM"} <= set(table["variant"])
     assert (job / CAPACITY_FILE).exists()
     outcome = distserve.distserve_goodput(JobFolder(job))
-    assert outcome.verdict in VERDICTS and outcome.value.startswith("sharegpt:")
+    assert outcome.verdict in VERDICTS and outcome.value.startswith("distserve_sharegpt:")
+    # the DistServe authors' measured runs are quoted in the reason and drawn on DistServe's own requests' panel
+    assert "measured runs" in outcome.reason and "vLLM (real A100)" in outcome.reason
+    plotted = pd.read_csv([p for p in plot_slo_attainment(job) if p.suffix == ".csv"][0])
+    real = plotted[plotted["source"] == "measured"]
+    assert len(real) == 24 and set(real["workload"]) == {"distserve_sharegpt"}
+    assert set(plotted.loc[plotted["source"] == "simulated", "variant"]) == set(table["variant"])

@@ -1,6 +1,7 @@
 """Figures of sim_study jobs, on small hand-made study tables (no simulation): every figure writes its
 PNG and the CSV of exactly the numbers it plotted, the tables the figures read (capacity from the study's
-``capacity.csv``, Pareto fronts, load series) are right, and a failing figure fails the job."""
+``capacity.csv``, Pareto fronts, load series) are right, the paper's numbers drawn on a figure are in its CSV
+(``source=paper``), and a failing figure fails the job."""
 
 from __future__ import annotations
 
@@ -15,8 +16,12 @@ import pandas as pd
 import pytest
 import yaml
 
+from figures.claims.mooncake_capacity import CONVERSATION_PAPER, SYNTHETIC_PAPER
+from figures.claims.mooncake_scheduling import PAPER_TTFT_S, SCHEDULERS
+from figures.effective_capacity import plot_effective_capacity
 from figures.render import FigureError, plots_for, render_job
 from figures.sim_studies import (
+    PAPER_MEAN,
     PLOTS_BY_FIGURE,
     plot_capacity,
     plot_pareto,
@@ -298,6 +303,64 @@ def test_scheduling_figure_orders_policies(tmp_path):
     assert_written(plot_scheduling(job), ["scheduling_ttft"], {"scheduling_ttft": {"variant", "statistic", "ttft_s"}})
     plotted = pd.read_csv(job / "figures" / "scheduling_ttft.csv")
     assert plotted.set_index(["variant", "statistic"]).loc[("random", "mean"), "ttft_s"] == pytest.approx(19.0)
+
+
+def test_scheduling_figure_draws_the_papers_average_ttft_beside_ours(tmp_path):
+    job = make_job(tmp_path, "scheduling_ttft", scheduling_study())
+    plot_scheduling(job)
+    plotted = pd.read_csv(job / "figures" / "scheduling_ttft.csv")
+    paper = plotted[plotted["source"] == "paper"].set_index("variant")
+    assert dict(paper["ttft_s"]) == pytest.approx(dict(zip(SCHEDULERS, PAPER_TTFT_S, strict=True)))  # seconds
+    assert set(paper["statistic"]) == {PAPER_MEAN}
+    assert set(plotted.loc[plotted["source"] == "ours", "statistic"]) == {"mean", "p90"}
+    only_two = make_job(tmp_path / "two", "scheduling_ttft", scheduling_study().iloc[:2])
+    plot_scheduling(only_two)
+    two = pd.read_csv(only_two / "figures" / "scheduling_ttft.csv")
+    assert set(two.loc[two["source"] == "paper", "variant"]) == {"global_cache_aware", "random"}  # ours only
+
+
+def effective_study(systems: tuple[str, ...] = ("mooncake", "vllm", "vllm_prefix_caching", "vllm_chunked_prefill"),
+                    traces: tuple[str, ...] = ("conversation", "synthetic")) -> pd.DataFrame:
+    """A mooncake_capacity study: one point per ``<trace>/<system>`` at the trace's own load."""
+    shares = {"mooncake": (0.9, 0.95, 0.99), "vllm": (0.12, 0.5, 0.6), "vllm_prefix_caching": (0.15, 0.45, 0.62),
+              "vllm_chunked_prefill": (0.1, 0.4, 0.55)}
+    rows = []
+    for trace in traces:
+        for system in systems:
+            row = {"variant": f"{trace}/{system}", "point": 0, "offered_rate_rps": 3.0}
+            row.update({f"attainment_tbt_{x}ms": a for x, a in zip((100, 200, 300), shares[system], strict=True)})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_effective_capacity_figure_marks_the_papers_gains_at_its_thresholds(tmp_path):
+    job = make_job(tmp_path, "effective_capacity", effective_study(traces=("conversation", "synthetic",
+                                                                           "conversation@slow")))
+    assert_written(plot_effective_capacity(job), ["effective_capacity"],
+                   {"effective_capacity": {"trace", "system", "tbt_threshold_ms", "effective_share", "source"}})
+    plotted = pd.read_csv(job / "figures" / "effective_capacity.csv")
+    shares = plotted[plotted["measure"] == "effective_share"]
+    assert len(shares) == 3 * 4 * 3 and set(shares["source"]) == {"ours"}
+    paper = plotted[plotted["source"] == "paper"]
+    by_trace = {t: dict(zip(p["tbt_threshold_ms"], p["gain"], strict=True)) for t, p in paper.groupby("trace")}
+    assert by_trace["conversation"] == pytest.approx(CONVERSATION_PAPER)  # +498 / +157 / +59% (Fig. 1)
+    assert by_trace["synthetic"] == pytest.approx(SYNTHETIC_PAPER)  # +62 / +40 / +28% (Fig. 7)
+    assert by_trace["conversation@slow"] == pytest.approx(CONVERSATION_PAPER)  # a sensitivity run: its trace's
+    assert paper["label"].str.contains("paper").all()
+    assert "I (100 ms): paper +498% (Fig. 1 [S])" in set(paper["label"])
+    ours = plotted[(plotted["measure"] == "gain") & (plotted["source"] == "ours")].set_index(
+        ["trace", "tbt_threshold_ms"])
+    assert ours.loc[("conversation", 100.0), "gain"] == pytest.approx(0.9 / 0.15 - 1)  # over the strongest baseline
+    assert ours.loc[("conversation", 100.0), "baseline"] == "vllm_prefix_caching"
+
+
+def test_effective_capacity_figure_without_every_baseline_shows_only_the_papers_gains(tmp_path):
+    job = make_job(tmp_path, "effective_capacity", effective_study(systems=("mooncake", "vllm"),
+                                                                   traces=("conversation", "other")))
+    plot_effective_capacity(job)
+    plotted = pd.read_csv(job / "figures" / "effective_capacity.csv")
+    gains = plotted[plotted["measure"] == "gain"]
+    assert set(gains["source"]) == {"paper"} and set(gains["trace"]) == {"conversation"}  # no paper number: none
 
 
 def test_rejection_figures(tmp_path):

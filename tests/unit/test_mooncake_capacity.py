@@ -103,6 +103,8 @@ def test_reduced_run_end_to_end(tmp_path, monkeypatch, shared_traces):
     paths = plot_effective_capacity(job)
     assert sorted(p.name for p in paths) == ["effective_capacity.csv", "effective_capacity.png"]
     plotted = pd.read_csv(job / "figures" / "effective_capacity.csv")
+    assert set(plotted.loc[plotted["source"] == "paper", "trace"]) == {"conversation", "synthetic"}  # paper gains
+    plotted = plotted[plotted["measure"] == "effective_share"]
     assert len(plotted) == 2 * 4 * 10  # trace x system x threshold
     one = plotted[(plotted["variant"] == "conversation/vllm") & (plotted["tbt_threshold_ms"] == 200)]
     assert one["effective_share"].tolist() == pytest.approx(

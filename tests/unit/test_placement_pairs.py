@@ -163,11 +163,15 @@ def test_the_job_runs_simdistserve_search_and_its_sensitivity(tmp_path, shared_t
     assert table["chosen"].sum() == 1 and table.loc[table["chosen"], "tied"].all()
     report = json.loads((tmp_path / PLACEMENT_FILE).read_text())
     assert report["method"] == "simdistserve" and report["iteration_overhead"] == "simdistserve"
-    assert report["workload"]["name"] == "sharegpt" and report["workload"]["n_requests"] == 40
+    assert report["workload"]["name"] == "distserve_sharegpt" and report["workload"]["n_requests"] == 40
     assert report["readme_pair"]["searched"] and report["chosen"] in report["tied"]
     assert report["per_gpu_goodput_rps"] == max(searched["per_gpu_rate"])
-    assert set(report["sensitivity"]) == {"decode_kv_unlimited"}
+    assert set(report["sensitivity"]) == {"decode_kv_unlimited", "sarathi_sharegpt_lengths"}
     assert report["sensitivity"]["decode_kv_unlimited"]["changes"] == {"decode_kv_limit": "none"}
+    # the workload sensitivity searches the same pairs on the other workload's requests
+    sarathi = report["sensitivity"]["sarathi_sharegpt_lengths"]
+    assert sarathi["changes"] == {"workload": "sharegpt"} and sarathi["n_simulations"] > 0
+    assert sarathi["readme_pair"]["per_gpu_rate"] != report["readme_pair"]["per_gpu_rate"]
     assert result.metrics["per_gpu_goodput_rps"] == report["per_gpu_goodput_rps"]
     assert result.metrics["n_simulations"] == searched["probes"].sum()
     from figures.sim_studies import plot_placement

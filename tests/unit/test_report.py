@@ -1,11 +1,14 @@
 """The reproduction report on hand-made job folders: the newest finished job is used, every claim is
-marked with its verdict level (matches / holds in direction / does not hold) or not run correctly, and the
-table has exactly four columns (claim, paper's number, setup, ours)."""
+marked with its verdict level (matches / holds in direction / does not hold) or not run correctly, the summary
+table has one row per claim (five columns, a link to the claim's section, the verdict, a short reason), claims
+are grouped under one setup block per experiment, and figures are linked relative to the report (or said to be
+not drawn)."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from figures.claims import CLAIMS
+from figures.claims import CLAIMS, EXPERIMENTS
 from figures.claims.base import (
     DIRECTION,
     FAILS,
@@ -29,6 +32,7 @@ from figures.claims.base import (
     ratio_range,
 )
 from figures.report import NOT_RUN, evaluate, find_latest_jobs, main, write_report
+from figures.report_markdown import Section, brief, split_top
 from figures.study_tables import THRESHOLD_COLUMN, JobFolder
 from harness.studies.sim_sweep import capacity_table
 from vocab.result_files import CAPACITY_FILE, SLO_CROSSING_FILE
@@ -93,7 +97,7 @@ def rejection(counts: dict[str, tuple[int, int, int]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def slo(distserve: list[float], vllm: list[float], workload: str = "sharegpt") -> pd.DataFrame:
+def slo(distserve: list[float], vllm: list[float], workload: str = "distserve_sharegpt") -> pd.DataFrame:
     rows = []
     for system, att in (("DistServe", distserve), ("vLLM", vllm)):
         for i, (rate, a) in enumerate(zip([1.0, 2.0, 3.0, 4.0], att, strict=True)):
@@ -379,8 +383,8 @@ def test_distserve_goodput_ratio(tmp_path):
     make_job(tmp_path / "b", "distserve_slo_attainment", slo([1.0, 0.95, 0.85, 0.5], [1.0, 1.0, 1.0, 0.95]))
     state, ours = verdict("distserve_goodput", tmp_path / "b")
     assert state == FAILS and "<=0.62x" in ours  # vLLM still passes at the highest rate: an upper bound
-    make_job(tmp_path / "c", "distserve_slo_attainment", slo([1.0, 1.0, 0.95, 0.5], [0.95, 0.5, 0.3, 0.1], "azure_conv"))
-    assert verdict("distserve_goodput", tmp_path / "c")[0] == NOT_RUN  # judged on ShareGPT only
+    make_job(tmp_path / "c", "distserve_slo_attainment", slo([1.0, 1.0, 0.95, 0.5], [0.95, 0.5, 0.3, 0.1], "sharegpt"))
+    assert verdict("distserve_goodput", tmp_path / "c")[0] == NOT_RUN  # judged on DistServe's own requests only
 
 
 def _tighter_job(root: Path, rows: list[tuple[str, float, float, str]]) -> Path:
@@ -390,18 +394,18 @@ def _tighter_job(root: Path, rows: list[tuple[str, float, float, str]]) -> Path:
 
 
 def test_distserve_tighter_slo(tmp_path):
-    _tighter_job(tmp_path / "m", [("sharegpt/DistServe", 1.5, 0.5, "exact"), ("sharegpt/vLLM", 1.5, 1.2, "exact")])
+    _tighter_job(tmp_path / "m", [("distserve_sharegpt/DistServe", 1.5, 0.5, "exact"), ("distserve_sharegpt/vLLM", 1.5, 1.2, "exact")])
     state, ours = verdict("distserve_tighter_slo", tmp_path / "m")
-    assert state == MATCHES and "sharegpt at 1.5 req/s/GPU: 2.40x (crossing scale DistServe 0.5, vLLM 1.2)" in ours
-    _tighter_job(tmp_path / "b", [("sharegpt/DistServe", 1.5, 0.4, "at_most"), ("sharegpt/vLLM", 1.5, 1.2, "exact")])
+    assert state == MATCHES and "distserve_sharegpt at 1.5 req/s/GPU: 2.40x (crossing scale DistServe 0.5, vLLM 1.2)" in ours
+    _tighter_job(tmp_path / "b", [("distserve_sharegpt/DistServe", 1.5, 0.4, "at_most"), ("distserve_sharegpt/vLLM", 1.5, 1.2, "exact")])
     state, ours = verdict("distserve_tighter_slo", tmp_path / "b")
     assert state == DIRECTION and ">=3.00x" in ours  # DistServe meets 90% at every scale down to 0.4
-    _tighter_job(tmp_path / "f", [("sharegpt/DistServe", 1.5, 1.43, "exact"), ("sharegpt/vLLM", 1.5, 1.16, "exact"),
-                                  ("sharegpt/DistServe", 1.0, 0.59, "exact"), ("sharegpt/vLLM", 1.0, 1.03, "exact")])
+    _tighter_job(tmp_path / "f", [("distserve_sharegpt/DistServe", 1.5, 1.43, "exact"), ("distserve_sharegpt/vLLM", 1.5, 1.16, "exact"),
+                                  ("distserve_sharegpt/DistServe", 1.0, 0.59, "exact"), ("distserve_sharegpt/vLLM", 1.0, 1.03, "exact")])
     state, ours = verdict("distserve_tighter_slo", tmp_path / "f")
     assert state == FAILS and "0.81x" in ours
-    assert "Sensitivity: sharegpt at 1 req/s/GPU: 1.75x" in ours  # the other rate names what would flip it
-    _tighter_job(tmp_path / "n", [("sharegpt/DistServe", 1.0, 0.5, "exact"), ("sharegpt/vLLM", 1.0, 1.2, "exact")])
+    assert "Sensitivity: distserve_sharegpt at 1 req/s/GPU: 1.75x" in ours  # the other rate names what would flip it
+    _tighter_job(tmp_path / "n", [("distserve_sharegpt/DistServe", 1.0, 0.5, "exact"), ("distserve_sharegpt/vLLM", 1.0, 1.2, "exact")])
     assert verdict("distserve_tighter_slo", tmp_path / "n")[0] == NOT_RUN  # not at the artifact's 1.5 req/s/GPU
 
 
@@ -465,23 +469,169 @@ def test_a_claim_that_lacks_data_is_not_run(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- the file
 
-def test_report_file_has_header_and_a_four_column_table(tmp_path):
+SUMMARY_HEADER = "| Claim | Paper | Ours | Verdict | Why (short) |"
+SUMMARY_ROW = re.compile(r"^\| \[(?P<title>[^\]]+)\]\(#(?P<anchor>[a-z0-9_-]+)\) \|")
+
+
+def summary_table(text: str) -> list[str]:
+    lines = text.splitlines()
+    start = lines.index(SUMMARY_HEADER)
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append(line)
+    return table
+
+
+def image_links(text: str) -> list[str]:
+    return re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+
+
+def draw_figure(job: Path, stem: str) -> Path:
+    """A stand-in PNG where the job's figure would be."""
+    png = job / "figures" / f"{stem}.png"
+    png.parent.mkdir(parents=True, exist_ok=True)
+    png.write_bytes(b"\x89PNG\r\n\x1a\n")
+    return png
+
+
+def test_report_file_has_header_and_a_summary_table_linking_to_each_claim(tmp_path):
     make_job(tmp_path, "mooncake_scheduling", scheduling((19.65, 5.27, 3.58, 3.07)))
     out, rows = write_report([tmp_path], tmp_path / "REPORT.md", now=datetime(2026, 1, 2, 3, 4, tzinfo=UTC))
     text = out.read_text(encoding="utf-8")
     assert "2026-01-02 03:04 UTC" in text and "abcdef123456" in text
     assert str(tmp_path / "mooncake_scheduling" / "2026-01-01_00-00-00") in text
-    table = [line for line in text.splitlines() if line.startswith("|")]
-    assert table[0] == "| Claim | Paper's number | Setup | Our number |"
-    assert len(table) == 2 + len(CLAIMS)
-    for line in table:
+    assert text.index(SUMMARY_HEADER) < text.index("## Setup of")  # the summary comes before the sections
+    table = summary_table(text)
+    assert table[1] == "|---|---|---|---|---|"
+    assert len(table) == 2 + len(CLAIMS)  # one row per claim
+    by_anchor = {}
+    for line in table[2:]:
         cells = line.replace("\\|", "").strip("|").split("|")
-        assert len(cells) == 4, line
+        assert len(cells) == 5, line
+        match = SUMMARY_ROW.match(line)
+        assert match, line
+        by_anchor[match["anchor"]] = cells
+        assert f'<a id="{match["anchor"]}"></a>' in text  # the link lands on the claim's section
+        assert len(cells[4].strip()) <= 120 + 20  # one short reason (plus markdown escaping)
+    assert set(by_anchor) == {c.key for c in CLAIMS}
     verdicts = {r.claim.key: r.verdict for r in rows}
+    for key, cells in by_anchor.items():
+        assert f"**{verdicts[key]}**" in cells[3]
     assert verdicts["mooncake_scheduling"] == MATCHES
+    assert "19.65 / 5.27 / 3.58 / 3.07 s" in by_anchor["mooncake_scheduling"][2]  # ours, short
     assert verdicts["mooncake_capacity_100"] == NOT_RUN
-    assert "python -m harness experiment=mooncake_capacity" in text
+    assert "python -m harness experiment=mooncake_capacity" in by_anchor["mooncake_capacity_100"][4]
     assert f"{sum(v == DIRECTION for v in verdicts.values())} hold" in text
+
+
+def test_long_numbers_and_reasons_are_shortened_in_the_summary_only(tmp_path):
+    reason = "a rule; " + "x" * 200 + " (detail)"
+    value = "first part (with an aside); second part; " + "y" * 200
+
+    def compute(job: JobFolder) -> Outcome:
+        return Outcome(value, DIRECTION, reason, "the sensitivity finding")
+
+    claim = Claim("long_claim", "P", "c", "1", "mooncake_scheduling", compute, title="A long claim")
+    make_job(tmp_path, "mooncake_scheduling", scheduling((4, 3, 2, 1)))
+    out, _ = write_report([tmp_path], tmp_path / "REPORT.md", claims=[claim])
+    text = out.read_text(encoding="utf-8")
+    row = summary_table(text)[2]
+    assert "[A long claim](#long_claim)" in row
+    assert "| first part; second part; yyyy" in row and "y…" in row and len(row) < 300  # asides dropped, then cut
+    section = text[text.index('<a id="long_claim"></a>'):]
+    assert value in section and reason in section and "- **Sensitivity:** the sensitivity finding" in section
+
+
+def test_claims_are_grouped_by_experiment_with_one_setup_block(tmp_path):
+    make_job(tmp_path, "mooncake_scheduling", scheduling((19.65, 5.27, 3.58, 3.07)))
+    text = write_report([tmp_path], tmp_path / "REPORT.md")[0].read_text(encoding="utf-8")
+    for name, experiment in EXPERIMENTS.items():
+        assert text.count(f'<a id="setup-{name}"></a>') == 1
+        claims = [c for c in CLAIMS if c.experiment == name]
+        block = text.index(f'<a id="setup-{name}"></a>')
+        assert all(text.index(f'<a id="{c.key}"></a>') > block for c in claims)  # its claims follow it
+        assert text.count(split_top(experiment.setup.ours)[0]) == 1  # the shared setup is written once
+    order = [c.key for c in CLAIMS]
+    sections = sorted(order, key=lambda k: text.index(f'<a id="{k}"></a>'))
+    assert sections.index("mooncake_hit_rate") == sections.index("mooncake_global_vs_local") + 1  # same experiment
+    assert "**Setup specific to this claim**" in text  # e.g. the cache-ratio claim's own setup
+
+
+def test_every_claim_names_figures_its_experiment_draws():
+    from figures.sim_studies import PLOTS_BY_FIGURE
+
+    drawn = {"slo_attainment": {"slo_attainment", "slo_goodput"}, "slo_scale": {"slo_scale"},
+             "placement_search": {"placement", "placement_pairs"}, "effective_capacity": {"effective_capacity"},
+             "scheduling_ttft": {"scheduling_ttft"}, "global_cache": {"global_cache"},
+             "rejection": {"rejection", "rejection_load"}, "splitwise_provisioning": {"splitwise"}}
+    for claim in CLAIMS:
+        preset = yaml.safe_load((PRESETS / f"{claim.experiment}.yaml").read_text(encoding="utf-8"))
+        figure = preset["study"]["figure"]
+        assert figure in PLOTS_BY_FIGURE and figure in drawn, claim.key
+        assert set(claim.figures) <= drawn[figure], claim.key
+        assert claim.figures or claim.key == "mooncake_hit_rate", claim.key  # only the cache ratio has no figure
+
+
+def test_figures_are_linked_relative_to_the_report_or_said_to_be_missing(tmp_path):
+    results = tmp_path / "results"
+    job = make_job(results, "mooncake_scheduling", scheduling((19.65, 5.27, 3.58, 3.07)))
+    png = draw_figure(job, "scheduling_ttft")
+    rejection_job = make_job(results, "mooncake_rejection", rejection({"8P8D": (3, 2, 1)}))  # not drawn
+    out_dir = tmp_path / "elsewhere" / "report"
+    out, _ = write_report([results], out_dir / "REPORT.md")
+    text = out.read_text(encoding="utf-8")
+    links = image_links(text)
+    assert links == ["../../results/mooncake_scheduling/2026-01-01_00-00-00/figures/scheduling_ttft.png"]
+    assert (out_dir / links[0]).resolve() == png.resolve()  # resolves from the report's folder
+    assert text.count("scheduling_ttft.png") == 2  # embedded once; the second claim links to the first's section
+    assert "_Figure `scheduling_ttft.png`: shown under [Mooncake TTFT order of the four schedulers]" \
+           "(#mooncake_scheduling)._" in text
+    hint = f"run `python -m figures --results-dir {results} --experiment mooncake_rejection`"
+    assert f"_Figure `rejection.png` not drawn: {hint}._" in text
+    assert f"_Figure `rejection_load.png` not drawn: {hint}._" in text
+    assert str(rejection_job) in text
+    assert "_Figure `splitwise.png`: no job to draw from._" in text  # experiment not run
+    section = text[text.index('<a id="mooncake_hit_rate"></a>'):]
+    assert section.index("_No figure of the job plots this number._") < section.index("<a id=", 10)
+
+
+def test_the_report_links_work_from_the_results_folder_itself(tmp_path):
+    job = make_job(tmp_path, "mooncake_scheduling", scheduling((19.65, 5.27, 3.58, 3.07)))
+    draw_figure(job, "scheduling_ttft")
+    assert main(["--results-dir", str(tmp_path)]) == 0
+    text = (tmp_path / "REPORT.md").read_text(encoding="utf-8")
+    assert image_links(text) == ["mooncake_scheduling/2026-01-01_00-00-00/figures/scheduling_ttft.png"]
+
+
+def test_extra_sections_follow_the_claims_with_their_figures(tmp_path):
+    job = make_job(tmp_path, "mooncake_scheduling", scheduling((19.65, 5.27, 3.58, 3.07)))
+    png = draw_figure(job, "extra")
+
+    def extra(jobs: dict[str, JobFolder]) -> Section:
+        found = jobs["mooncake_scheduling"].path
+        return Section("Does X reproduce Y?", f"Body from `{found.name}`.",
+                       figures=(png, found / "figures" / "missing.png"), figure_hint="run `make missing`")
+
+    out, _ = write_report([tmp_path], tmp_path / "REPORT.md", sections=(extra,))
+    text = out.read_text(encoding="utf-8")
+    start = text.index('<a id="does-x-reproduce-y"></a>')
+    assert text.index('<a id="splitwise_pool_sizing"></a>') < start < text.index('<a id="jobs"></a>')
+    assert "(#does-x-reproduce-y)" in text  # listed in the contents under the summary
+    assert "Body from `2026-01-01_00-00-00`." in text[start:]
+    assert "![extra](mooncake_scheduling/2026-01-01_00-00-00/figures/extra.png)" in text[start:]
+    assert "_Figure `missing.png` not drawn: run `make missing`._" in text[start:]
+    assert "Does the simulator predict the real engine?" not in text  # only the sections asked for
+
+
+def test_brief_keeps_what_fits():
+    assert brief("short; text", 20) == "short; text"
+    assert brief("2.15x (45P/25T 12.9 vs 7P/T 6 req/s; cost +0%, power +0%); more", 20) == "2.15x; more"
+    assert brief("a" * 50, 20) == "a" * 19 + "…"
+    assert brief("one two three four five six", 15) == "one two three…"
+    assert brief("p1 (x); p2 (y); " + "z" * 30, 20) == "p1; p2; …"
+    assert brief("a rule (aside); the key reason words; more", 30) == "a rule; the key reason…"
 
 
 def test_main_writes_to_the_first_results_dir_by_default(tmp_path, capsys):

@@ -32,9 +32,9 @@ def profiles_dir() -> str:
         pytest.fail(f"the tests need the public profiles: {exc}")
 
 
-def fit(profiles_dir, model="opt_13b", tp=1, pp=1, engine="distserve"):
+def fit(profiles_dir, model="opt_13b", tp=1, pp=1, engine="distserve", adjust=None):
     return DistServeFitModel(load_model(model), load_hardware("a100_80gb"), InstanceShape("a100_80gb", tp, pp),
-                             profiles_dir=profiles_dir, engine=engine)
+                             profiles_dir=profiles_dir, engine=engine, adjust=adjust)
 
 
 def test_prefill_matches_the_hand_computation(profiles_dir):
@@ -45,13 +45,28 @@ def test_prefill_matches_the_hand_computation(profiles_dir):
     assert got == pytest.approx(want_ms / 1e3, rel=1e-12)
 
 
-def test_pipeline_divides_and_adds_pp_ms(profiles_dir):
+def test_pipeline_prefill_divides_and_adds_pp_ms_and_decode_sums_its_stages(profiles_dir):
     a, b, c = PREFILL
     want_ms = (a + b * 1000 + c * 1000**2) / 4 + 4
     assert fit(profiles_dir, pp=4).prefill_time_s(1000, 1000**2) == pytest.approx(want_ms / 1e3)
     a, b, c = SMALL
+    # upstream's stage time is the step / pp; a token passes all pp stages: the step is their sum
+    stage_ms = (a + b * 5010 + c * 10) / 4
+    assert fit(profiles_dir, pp=4).decode_step_time_s(10, 5000.0) == pytest.approx(4 * stage_ms / 1e3)
     assert fit(profiles_dir, pp=4).decode_step_time_s(10, 5000.0) == pytest.approx(
-        (a + b * 5010 + c * 10) / 4 / 1e3)
+        fit(profiles_dir, pp=1).decode_step_time_s(10, 5000.0))
+
+
+def test_profile_adjust_scales_prefill_and_adds_per_step_and_per_sequence_decode_cost(profiles_dir):
+    plain = fit(profiles_dir)
+    adjusted = fit(profiles_dir, adjust=(0.8, 3.0, 0.5))
+    assert adjusted.prefill_time_s(1000, 1000**2) == pytest.approx(
+        0.8 * (plain.prefill_time_s(1000, 1000**2) - 1e-3) + 1e-3)  # the + pp ms is not scaled
+    for batch in (10, 200):  # both decode fits
+        assert adjusted.decode_step_time_s(batch, 5000.0) == pytest.approx(
+            plain.decode_step_time_s(batch, 5000.0) + (3.0 + 0.5 * batch) / 1e3)
+    ends = adjusted.decode_segment_ends(10, 5000, 5, 1.0)
+    assert ends[0] == pytest.approx(1.0 + float(adjusted.decode_step_time_s(10, 5000.0)))
 
 
 def test_decode_switches_coefficients_at_the_threshold(profiles_dir):

@@ -199,7 +199,9 @@ def test_report_marks_claims_computed_from_an_invalid_job(tmp_path: Path) -> Non
                   "sim_prefix_hit_rate_tokens": [0.1, 0.1, 0.2, 0.3]}).to_csv(folder / "study.csv", index=False)
     out, rows = write_report([tmp_path / "results"], tmp_path / "REPORT.md")
     text = out.read_text()
-    claim_rows = [line for line in text.splitlines() if line.startswith("| **") and "mooncake" in line.lower()]
-    marked = [r for r in claim_rows if "**INVALID job**: random: 5 of 100 requests unfinished" in r]
-    assert marked, "a claim computed from the invalid job is not marked"
+    claim_rows = [line for line in text.splitlines() if line.startswith("| [Mooncake")]
+    marked = [r for r in claim_rows if "(INVALID job)" in r]
+    assert marked, "a claim computed from the invalid job is not marked in the summary"
+    section = text[text.index('<a id="mooncake_scheduling"></a>'):text.index('<a id="mooncake_global_vs_local"></a>')]
+    assert "**INVALID job**: random: 5 of 100 requests unfinished" in section  # and in its section, with reasons
     assert "`mooncake_scheduling` (`2026-01-01_00-00-00`): **INVALID**: random: 5 of 100" in text

@@ -54,7 +54,7 @@ def test_registry_covers_every_configured_kind():
 def test_unknown_kind_lists_known_kinds():
     with pytest.raises(
         WorkloadConfigError,
-        match="unknown workload kind 'sharegpt'; known kinds: azure_trace, mooncake_trace, shared_prefix",
+        match="unknown workload kind 'sharegpt'; known kinds: azure_trace, distserve_requests, mooncake_trace, shared_prefix",
     ):
         build_workload({"name": "x", "kind": "sharegpt"})
     with pytest.raises(WorkloadConfigError, match="known kinds"):

@@ -4,11 +4,17 @@ From ``distserve/profiler-a100-80g.{distserve,vllm}.json`` (``engine="distserve"
 
 - prefill ms = ``(a + b * sum(l) + c * sum(l**2)) / pp + pp`` for a batch of prompt lengths ``l``
   (the ``+ pp`` ms is upstream's per-stage overhead; it is added for pp = 1 too, as upstream does);
-- decode ms = ``(a + b * sum(context + 1) + c * batch) / pp`` with the ``decoding_smallbs``
+- decode ms = ``a + b * sum(context + 1) + c * batch`` with the ``decoding_smallbs``
   coefficients when ``batch < decoding_large_small_bs_threshold`` (95) and ``decoding_largebs``
   otherwise. ``sum(context + 1)`` is ``sum_context + batch_size`` here: ``sum_context`` counts the
   tokens already in the KV cache, and upstream's list holds each request's length including the token
-  being generated.
+  being generated. Upstream divides this by ``pp`` for one pipeline stage; a token passes all ``pp``
+  stages (simdistserve ``base/worker.py`` forwards every decode batch through each stage), so a decode
+  step of a PP instance is the sum of its stages, the undivided time. DistServe's runs measure exactly
+  that: the c21d12 runs (decode TP 1, PP 2) decode at the TP-1 step time of their whole batch
+  (``python -m harness experiment=distserve_real_replay``; docs/simulator.md).
+- ``adjust`` (``engine.profile_adjust``, fitted from measured runs): prefill times scaled by
+  ``prefill_scale``; ``step_ms`` added to ``a`` and ``seq_ms`` to ``c`` of both decode fits.
 
 Chunked prefill: the suite's ``sum_sq_tokens`` (``(p + c)**2 - p**2`` per chunk) stands in for
 ``sum(l**2)``, which it equals for whole prompts. KV capacity comes from ``distserve/max_num_tokens.csv``
@@ -68,6 +74,15 @@ def load_coefficients(path: str) -> MappingProxyType[str, MappingProxyType[int, 
     return MappingProxyType(out)
 
 
+def adjusted(c: DistServeCoefficients, prefill_scale: float, step_ms: float, seq_ms: float) -> DistServeCoefficients:
+    """``c`` with its prefill scaled and ``step_ms`` per decode step and ``seq_ms`` per sequence added."""
+    def decode(fit: tuple[float, float, float]) -> tuple[float, float, float]:
+        return (fit[0] + step_ms, fit[1], fit[2] + seq_ms)
+
+    return DistServeCoefficients(tuple(x * prefill_scale for x in c.prefill), decode(c.decode_small),
+                                 decode(c.decode_large), c.threshold)
+
+
 @functools.lru_cache(maxsize=4)
 def load_max_num_tokens(path: str) -> MappingProxyType[tuple[str, int, int], int]:
     """``{(upstream model name, tp, pp): KV-cache tokens}`` from ``max_num_tokens.csv`` (cached per path)."""
@@ -83,7 +98,8 @@ class DistServeFitModel(ShapedPerfModel):
 
     def __init__(self, model: ModelConfig, hw: HardwareConfig, shape: InstanceShape,
                  profiles_dir: Optional[str | os.PathLike[str]] = None, engine: str = "distserve",
-                 gpu_memory_utilization: float = 0.9, activation_reserve_gib: float = 1.5) -> None:
+                 gpu_memory_utilization: float = 0.9, activation_reserve_gib: float = 1.5,
+                 adjust: Optional[tuple[float, float, float]] = None) -> None:
         if engine not in ENGINES:
             raise ValueError(f"distserve engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         if model.name not in MODEL_NAMES:
@@ -102,7 +118,8 @@ class DistServeFitModel(ShapedPerfModel):
                              f"not tp={shape.tp}")
         self.engine = engine
         super().__init__(model, hw, shape)
-        self._c = per_tp[shape.tp]
+        self._c = per_tp[shape.tp] if adjust is None else adjusted(per_tp[shape.tp], *adjust)
+        self.adjust = adjust
         self._pp = shape.pp
         self._kv_capacity = self._capacity(upstream, profiles_dir, gpu_memory_utilization, activation_reserve_gib)
 
@@ -130,35 +147,34 @@ class DistServeFitModel(ShapedPerfModel):
         if not isinstance(batch_size, np.ndarray) and isinstance(sum_context, np.ndarray):
             # one batch size over a stretch of steps (the simulator's decode segments)
             a, b, c = self._c.decode_small if batch_size < self._c.threshold else self._c.decode_large
-            return (a + b * (sum_context + batch_size) + c * batch_size) / self._pp / 1e3
+            return (a + b * (sum_context + batch_size) + c * batch_size) / 1e3
         if isinstance(batch_size, np.ndarray) or isinstance(sum_context, np.ndarray):
             bs, ctx = np.broadcast_arrays(np.asarray(batch_size, dtype=float), np.asarray(sum_context, dtype=float))
             small = bs < self._c.threshold
             a, b, c = (np.where(small, s, lg) for s, lg in zip(self._c.decode_small, self._c.decode_large, strict=True))
-            return (a + b * (ctx + bs) + c * bs) / self._pp / 1e3
+            return (a + b * (ctx + bs) + c * bs) / 1e3
         a, b, c = self._c.decode_small if batch_size < self._c.threshold else self._c.decode_large
-        return (a + b * (sum_context + batch_size) + c * batch_size) / self._pp / 1e3
+        return (a + b * (sum_context + batch_size) + c * batch_size) / 1e3
 
     def _segment_ends(self, batch_size: int, context: int, n: int, now: float) -> list[float] | None:
         # the segment path above, one float at a time, summed
         a, b, c = self._c.decode_small if batch_size < self._c.threshold else self._c.decode_large
-        pp = self._pp
         cb = c * batch_size
         bs = float(batch_size)
         out = []
         ctx = float(context)
         acc = 0.0
         for _ in range(n):
-            acc += (a + b * (ctx + bs) + cb) / pp / 1e3
+            acc += (a + b * (ctx + bs) + cb) / 1e3
             out.append(acc + now)
             ctx += bs
         return out
 
     def decode_monotone_in_context(self) -> bool:
-        # (a + b * (context + batch) + c * batch) / pp / 1e3: non-decreasing in the context when b >= 0
-        return self._c.decode_small[1] >= 0 and self._c.decode_large[1] >= 0 and self._pp > 0
+        # (a + b * (context + batch) + c * batch) / 1e3: non-decreasing in the context when b >= 0
+        return self._c.decode_small[1] >= 0 and self._c.decode_large[1] >= 0
 
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "engine": self.engine, "tp": self.shape.tp, "pp": self.shape.pp,
-                "source": DISTSERVE_JSON[self.engine]}
+                "source": DISTSERVE_JSON[self.engine], **({"adjust": list(self.adjust)} if self.adjust else {})}
 
