@@ -1,5 +1,5 @@
-"""Workloads: trace loaders (Mooncake JSONL, Azure CSV, ShareGPT lengths), the shared-prefix generator, arrival processes and
-token synthesis. Build one with :func:`build_workload` and call ``.requests()``."""
+"""Workloads: trace loaders (Mooncake JSONL, Azure CSV, ShareGPT lengths, DistServe's measured A100 runs), the
+shared-prefix generator, arrival processes and token synthesis. Build one with :func:`build_workload` and call ``.requests()``."""
 
 from workloads.arrivals import ArrivalSchedule, RngStream, arrival_times, assign_arrivals, rng_stream
 from workloads.azure_trace import AzureTraceWorkload, load_azure_trace, parse_timestamp_ticks
@@ -16,12 +16,14 @@ from workloads.config import (
     WORKLOAD_KINDS,
     ArrivalConfig,
     AzureTraceConfig,
+    DistServeRequestsConfig,
     MooncakeTraceConfig,
     SharedPrefixConfig,
     ShareGPTLengthsConfig,
     WorkloadConfig,
 )
 from workloads.datadir import UPSTREAM_SOURCES, resolve_trace_path, search_dirs
+from workloads.distserve_runs import DistServeRequestsWorkload, load_distserve_requests, read_measured_run
 from workloads.errors import TraceFormatError, TraceNotFoundError, WorkloadConfigError, WorkloadError
 from workloads.mooncake_trace import MooncakeTraceWorkload, load_mooncake_trace
 from workloads.registry import (
@@ -70,6 +72,10 @@ __all__ = [
     "load_azure_trace",
     "load_mooncake_trace",
     "load_sharegpt_lengths",
+    "DistServeRequestsConfig",
+    "DistServeRequestsWorkload",
+    "load_distserve_requests",
+    "read_measured_run",
     "parse_timestamp_ticks",
     "prefix_hit_stats",
     "prompt_token_ids",
