@@ -13,7 +13,8 @@
 - ``effective_capacity``: FAST'25's own metric (Fig. 1, 6, 7), the share of effective requests at the trace's
   own load against the TBT threshold (:mod:`figures.effective_capacity`);
 - ``scheduling_ttft``: mean and p90 TTFT of the prefill-scheduling policies, beside the paper's average TTFT
-  of each (FAST'25 Fig. 5, hatched grey bars);
+  of each (FAST'25 Fig. 5, hatched grey bars), and their prefix hit rate beside the paper's conversation cache
+  ratio (Table 2, 40%);
 - ``global_cache``: prefix hit rate and prefill compute per workload, local vs global cache (FAST'25 Fig. 10,
   :mod:`figures.global_cache`);
 - ``rejection``: rejected requests per rejection mode and split, and prefill/decode load over time
@@ -42,7 +43,7 @@ import seaborn as sns
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
-from figures.claims.mooncake_scheduling import PAPER_TTFT_S, SCHEDULERS
+from figures.claims.mooncake_scheduling import PAPER_CACHE_RATIO, PAPER_TTFT_S, SCHEDULERS
 from figures.effective_capacity import plot_effective_capacity
 from figures.global_cache import plot_global_cache
 from figures.placement_pairs import plot_placement_pairs
@@ -320,6 +321,32 @@ def plot_scheduling(job_dir: Path) -> list[Path]:
     return save_figure(fig, data, job_dir, "scheduling_ttft")
 
 
+def plot_scheduling_hit_rate(job_dir: Path) -> list[Path]:
+    """``scheduling_hit_rate.png``: the prompt-token prefix hit rate each prefill-scheduling policy reached, with the
+    paper's conversation-trace cache ratio (FAST'25 Table 2, 40%) as a dashed line."""
+    table = _job(job_dir).table()
+    if "sim_prefix_hit_rate_tokens" not in table:
+        return []
+    order = ordered(table["variant"], SCHEDULING_ORDER)
+    data = table[["variant", "sim_prefix_hit_rate_tokens"]].rename(columns={"sim_prefix_hit_rate_tokens": "hit_rate"})
+    data = pd.concat([data.assign(source="ours"), pd.DataFrame(
+        [{"variant": "paper cache ratio (Table 2 [S])", "hit_rate": PAPER_CACHE_RATIO, "source": "paper"}])],
+        ignore_index=True)
+    apply_theme()
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    ours = data[data["source"] == "ours"]
+    sns.barplot(data=ours, x="variant", y="hit_rate", order=order, color=sns.color_palette("colorblind", 1)[0], ax=ax)
+    for container in ax.containers:
+        ax.bar_label(container, labels=[f"{v:.1%}" for v in container.datavalues], fontsize=7)
+    ax.axhline(PAPER_CACHE_RATIO, color="black", linestyle="--", linewidth=0.9)
+    ax.text(-0.45, PAPER_CACHE_RATIO + 0.01, f"paper: {PAPER_CACHE_RATIO:.0%} (Table 2 [S])", ha="left",
+            va="bottom", fontsize=7)
+    ax.set_xticks(range(len(order)), [name.replace("_", "\n") for name in order])
+    ax.set(xlabel="prefill scheduling policy", ylabel="prompt tokens served from cache", ylim=(0, 1))
+    ax.set_title("Prefix cache hit rate by scheduling policy, conversation trace")
+    return save_figure(fig, data, job_dir, "scheduling_hit_rate")
+
+
 def plot_rejection(job_dir: Path) -> list[Path]:
     """``rejection.png``: rejected requests per mode, per split; ``rejection_load.png``: mean prefill
     queue (s), mean decode KV utilization and mean estimated decode TBT over time, a line per admission mode
@@ -391,7 +418,7 @@ PLOTS_BY_FIGURE: dict[str, tuple[PlotFn, ...]] = {
     "slo_scale": (plot_slo_scale,),
     "capacity": (plot_capacity,),
     "effective_capacity": (plot_effective_capacity,),
-    "scheduling_ttft": (plot_scheduling,),
+    "scheduling_ttft": (plot_scheduling, plot_scheduling_hit_rate),
     "global_cache": (plot_global_cache,),
     "rejection": (plot_rejection,),
     "splitwise": (plot_splitwise,),

@@ -356,8 +356,8 @@ CLAIMS: tuple[Claim, ...] = (
           "40%", "mooncake_scheduling", mooncake_hit_rate,
           setup=Setup(paper="the cache ratio Table 2 lists for the conversation trace",
                       ours="the token prefix hit rate of the global_cache_aware variant (study.csv column "
-                           "sim_prefix_hit_rate_tokens; no figure plots it)"),
-          title="Mooncake conversation cache ratio"),
+                           "sim_prefix_hit_rate_tokens)"),
+          figures=("scheduling_hit_rate",), title="Mooncake conversation cache ratio"),
     Claim("mooncake_rejection", ARXIV_MC,
           "Early rejection rejects fewer requests than per-stage rejection, and prediction-based early rejection "
           "fewer still (8P+8D, trace at 2x speed; §8.2, Table 3 [S])",

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from figures.claims.mooncake_capacity import CONVERSATION_PAPER, SYNTHETIC_PAPER
-from figures.claims.mooncake_scheduling import PAPER_TTFT_S, SCHEDULERS
+from figures.claims.mooncake_scheduling import PAPER_CACHE_RATIO, PAPER_TTFT_S, SCHEDULERS
 from figures.effective_capacity import plot_effective_capacity
 from figures.render import FigureError, plots_for, render_job
 from figures.sim_studies import (
@@ -28,6 +28,7 @@ from figures.sim_studies import (
     plot_placement,
     plot_rejection,
     plot_scheduling,
+    plot_scheduling_hit_rate,
     plot_slo_attainment,
     plot_slo_goodput,
     plot_splitwise,
@@ -319,6 +320,18 @@ def test_scheduling_figure_draws_the_papers_average_ttft_beside_ours(tmp_path):
     assert set(two.loc[two["source"] == "paper", "variant"]) == {"global_cache_aware", "random"}  # ours only
 
 
+def test_scheduling_hit_rate_figure_draws_the_papers_cache_ratio(tmp_path):
+    job = make_job(tmp_path, "scheduling_ttft", scheduling_study())
+    assert_written(plot_scheduling_hit_rate(job), ["scheduling_hit_rate"],
+                   {"scheduling_hit_rate": {"variant", "hit_rate", "source"}})
+    plotted = pd.read_csv(job / "figures" / "scheduling_hit_rate.csv")
+    assert plotted.loc[plotted["source"] == "paper", "hit_rate"].tolist() == [PAPER_CACHE_RATIO]
+    ours = plotted[plotted["source"] == "ours"].set_index("variant")["hit_rate"]
+    assert ours["global_cache_aware"] == pytest.approx(0.35) and len(ours) == 4
+    no_column = make_job(tmp_path / "old", "scheduling_ttft", scheduling_study().drop(columns="sim_prefix_hit_rate_tokens"))
+    assert plot_scheduling_hit_rate(no_column) == []
+
+
 def effective_study(systems: tuple[str, ...] = ("mooncake", "vllm", "vllm_prefix_caching", "vllm_chunked_prefill"),
                     traces: tuple[str, ...] = ("conversation", "synthetic")) -> pd.DataFrame:
     """A mooncake_capacity study: one point per ``<trace>/<system>`` at the trace's own load."""
@@ -403,7 +416,7 @@ def test_placement_figure_highlights_the_chosen_layouts(tmp_path):
 # ---------------------------------------------------------------------------------------------- dispatch
 
 @pytest.mark.parametrize("figure, study, expected", [
-    ("scheduling_ttft", scheduling_study(), ["scheduling_ttft"]),
+    ("scheduling_ttft", scheduling_study(), ["scheduling_hit_rate", "scheduling_ttft"]),
     ("pareto", pareto_study(), ["pareto"]),
     ("slo_attainment", slo_study(), ["slo_attainment", "slo_goodput"]),
 ])

@@ -564,14 +564,14 @@ def test_every_claim_names_figures_its_experiment_draws():
 
     drawn = {"slo_attainment": {"slo_attainment", "slo_goodput"}, "slo_scale": {"slo_scale"},
              "placement_search": {"placement", "placement_pairs"}, "effective_capacity": {"effective_capacity"},
-             "scheduling_ttft": {"scheduling_ttft"}, "global_cache": {"global_cache"},
+             "scheduling_ttft": {"scheduling_ttft", "scheduling_hit_rate"}, "global_cache": {"global_cache"},
              "rejection": {"rejection", "rejection_load"}, "splitwise_provisioning": {"splitwise"}}
     for claim in CLAIMS:
         preset = yaml.safe_load((PRESETS / f"{claim.experiment}.yaml").read_text(encoding="utf-8"))
         figure = preset["study"]["figure"]
         assert figure in PLOTS_BY_FIGURE and figure in drawn, claim.key
         assert set(claim.figures) <= drawn[figure], claim.key
-        assert claim.figures or claim.key == "mooncake_hit_rate", claim.key  # only the cache ratio has no figure
+        assert claim.figures, claim.key  # every claim shows a figure
 
 
 def test_figures_are_linked_relative_to_the_report_or_said_to_be_missing(tmp_path):
@@ -594,7 +594,8 @@ def test_figures_are_linked_relative_to_the_report_or_said_to_be_missing(tmp_pat
     assert str(rejection_job) in text
     assert "_Figure `splitwise.png`: no job to draw from._" in text  # experiment not run
     section = text[text.index('<a id="mooncake_hit_rate"></a>'):]
-    assert section.index("_No figure of the job plots this number._") < section.index("<a id=", 10)
+    hit_hint = f"run `python -m figures --results-dir {results} --experiment mooncake_scheduling`"
+    assert section.index(f"_Figure `scheduling_hit_rate.png` not drawn: {hit_hint}._") < section.index("<a id=", 10)
 
 
 def test_the_report_links_work_from_the_results_folder_itself(tmp_path):
