@@ -2,8 +2,8 @@
 
 For every claim of ``figures.claims.CLAIMS`` it takes the newest finished job (``summary.json`` with
 ``status: ok``) of the claim's experiment under the results directories and computes our number from that
-job's tables; each number carries a verdict on three levels (``matches`` / ``holds in direction`` / ``does not
-hold``, rules in :mod:`figures.claims.base`) or says how to run the experiment (``not run``).
+job's tables; each number carries a verdict on four levels (``matches`` / ``holds in direction`` / ``does not
+hold`` / ``inconclusive``, rules in :mod:`figures.claims.base`) or says how to run the experiment (``not run``).
 
 The report reads top-down:
 
@@ -44,6 +44,7 @@ from figures.claims import CLAIMS, EXPERIMENTS
 from figures.claims.base import (
     DIRECTION,
     FAILS,
+    INCONCLUSIVE,
     MAGNITUDE_BAND,
     MATCHES,
     Claim,
@@ -70,7 +71,7 @@ from vocab.result_files import CALIBRATION_FILE, FIGURES_DIR, REPORT_FILE
 log = logging.getLogger(__name__)
 
 NOT_RUN = "not run"
-LEVELS = (MATCHES, DIRECTION, FAILS, NOT_RUN)
+LEVELS = (MATCHES, DIRECTION, FAILS, INCONCLUSIVE, NOT_RUN)
 OURS_LIMIT = 90  # characters of our number in the summary table (the full one is in the claim's section)
 REASON_LIMIT = 120  # characters of the reason in the summary table
 JOBS_ANCHOR, SUMMARY_ANCHOR = "jobs", "summary"
@@ -143,7 +144,8 @@ def summary_lines(rows: Sequence[Row]) -> list[str]:
     counts = {v: sum(r.verdict == v for r in rows) for v in LEVELS}
     lines = [*heading("Summary", SUMMARY_ANCHOR),
              f"{len(rows)} claims: {counts[MATCHES]} match, {counts[DIRECTION]} hold in direction, "
-             f"{counts[FAILS]} do not hold, {counts[NOT_RUN]} not run. Full numbers, reasons, setups and figures "
+             f"{counts[FAILS]} do not hold, {counts[INCONCLUSIVE]} inconclusive, {counts[NOT_RUN]} not run. Full "
+             "numbers, reasons, setups and figures "
              "in each claim's section.", "",
              "| Claim | Paper | Ours | Verdict | Why (short) |", "|---|---|---|---|---|"]
     for row in rows:
@@ -332,6 +334,8 @@ def header_lines(results_dirs: Sequence[Path], jobs: Mapping[str, JobFolder], ex
         f"- **{DIRECTION}**: the direction is right, the magnitude is not within that band or not comparable;",
         f"- **{FAILS}**: the direction is wrong (with, where one was run, the sensitivity run naming the "
         "assumption that would flip it);",
+        f"- **{INCONCLUSIVE}**: our number is a range (bounded by the measured loads) that straddles the paper's "
+        "direction: the run cannot tell;",
         f"- **{NOT_RUN}**: no finished job of the claim's experiment, or it lacks what the claim needs.", ""]
 
 

@@ -6,14 +6,16 @@ the experiment preset that reproduces it, what of the paper's setup and ours is 
 from that experiment's newest finished job folder and grades it (:class:`Outcome`). Nothing of ours is typed
 in. The setup common to every claim of one experiment is written once, in its :class:`Experiment`.
 
-Verdicts have three levels, decided by rules stated here and printed in the report's header:
+Verdicts have four levels, decided by rules stated here and printed in the report's header:
 
 * ``matches``: the direction is right and our magnitude lies within ``MAGNITUDE_BAND`` (relative) of the
   paper's number (of the nearest end of a range the paper reports);
 * ``holds in direction``: the direction (or ordering) is right, the magnitude is not within the band, or
   the paper gives no magnitude we can compare;
 * ``does not hold``: the direction is wrong. Such a row names, where one was run, the sensitivity run that
-  shows which assumption would flip it.
+  shows which assumption would flip it;
+* ``inconclusive``: our number is known only as a range (capacities bounded by the measured loads) and the
+  range straddles the paper's direction (a ratio range containing 1): the run cannot tell.
 
 Citation tags follow the research notes the numbers come from: [P] read in the paper's own text,
 [S] a secondary transcription that quotes the paper (figure labels of the FAST'25 PDF, arXiv tables).
@@ -29,8 +31,8 @@ import pandas as pd
 
 from figures.study_tables import JobFolder, MissingCapacity
 
-MATCHES, DIRECTION, FAILS = "matches", "holds in direction", "does not hold"
-VERDICTS = (MATCHES, DIRECTION, FAILS)
+MATCHES, DIRECTION, FAILS, INCONCLUSIVE = "matches", "holds in direction", "does not hold", "inconclusive"
+VERDICTS = (MATCHES, DIRECTION, FAILS, INCONCLUSIVE)
 MAGNITUDE_BAND = 0.25  # "matches": within +-25% of the paper's number
 
 
@@ -68,7 +70,7 @@ class Outcome:
 
     @property
     def holds(self) -> bool:
-        return self.verdict != FAILS
+        return self.verdict in (MATCHES, DIRECTION)
 
 
 @dataclass(frozen=True)
@@ -148,12 +150,13 @@ def grade_ratio(ours: float, paper_lo: float, paper_hi: float | None = None, ban
 def grade_range(lo: float, hi: float, paper_lo: float, paper_hi: float | None = None,
                 band: float = MAGNITUDE_BAND) -> str:
     """:func:`grade_ratio` for a ratio known only to lie in ``[lo, hi]`` (capacities bounded by the measured
-    loads): ``matches`` only when the whole range is within the band, ``does not hold`` when it is all <= 1."""
+    loads): ``matches`` only when the whole range is within the band, ``does not hold`` when it is all <= 1,
+    ``inconclusive`` when it straddles 1."""
     paper_hi = paper_lo if paper_hi is None else paper_hi
     if hi <= 1:
         return FAILS
     if lo <= 1:
-        return FAILS  # not shown to be > 1 (the measured loads leave it open: see greater_than_one)
+        return INCONCLUSIVE  # not shown to be > 1 nor <= 1: the measured loads leave it open
     if lo >= paper_lo * (1 - band) and hi <= paper_hi * (1 + band):
         return MATCHES
     return DIRECTION

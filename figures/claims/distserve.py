@@ -20,6 +20,7 @@ import pandas as pd
 from figures.claims.base import (
     DIRECTION,
     FAILS,
+    INCONCLUSIVE,
     MATCHES,
     Bounded,
     Claim,
@@ -45,6 +46,8 @@ TIGHTER_RATE = 1.5  # req/s per GPU of the OPT-13B run in _plot.py plot_fig8_low
 README_RATE = 1.56  # simdistserve/README.md: best per GPU rate for OPT-13B on 1 x 4 A100
 README_LAYOUT = {"prefill_tp": 2, "prefill_pp": 1, "decode_tp": 1, "decode_pp": 1}
 BAND = 0.25
+SIZES_NOTE = ("a range the paper states over three model sizes (OPT-13B, 66B, 175B); ours is the 13B run only, "
+              "and the paper gives no number for its 13B panel alone")
 
 
 def _ratio_text(lo: float, hi: float) -> str:
@@ -84,14 +87,14 @@ def distserve_goodput(job: JobFolder) -> Outcome:
     others = [t for w, (_, _, t) in ratios.items() if w != JUDGED_WORKLOAD]
     reason = (f"judged on {JUDGED_WORKLOAD}: highest per-GPU rate with >= 90% of requests meeting TTFT and TPOT, "
               f"interpolated between measured rates; matches within +-{BAND:.0%} of "
-              f"{GOODPUT_RANGE[0]:g}-{GOODPUT_RANGE[1]:g}x")
-    if lo <= 1 < hi:
-        reason += "; inconclusive: the measured rates do not pin the ratio down"
+              f"{GOODPUT_RANGE[0]:g}-{GOODPUT_RANGE[1]:g}x, {SIZES_NOTE}")
+    if verdict == INCONCLUSIVE:
+        reason += "; the measured rates do not pin the ratio down (extend study.per_gpu_rates)"
     real = real_runs_text(job)
     if real:
         reason += f"; {real}"
-    sensitivity = "; ".join(others) if verdict == FAILS else ""
-    value = "; ".join([text, *others]) if verdict != FAILS else text
+    sensitivity = "; ".join(others) if verdict in (FAILS, INCONCLUSIVE) else ""
+    value = "; ".join([text, *others]) if not sensitivity else text
     return Outcome(value, verdict, reason, sensitivity)
 
 
@@ -168,9 +171,10 @@ def distserve_tighter_slo(job: JobFolder) -> Outcome:
     others = [r["text"] for r in rows if r is not main]
     reason = (f"per-request joint attainment (TTFT and TPOT both within scale x (250 ms, 100 ms)) over scales "
               f"1.6 ... 0.4, the 90% crossing interpolated linearly as DistServe's _plot.py does; ratio = vLLM's "
-              f"scale / DistServe's; matches within +-{BAND:.0%} of {TIGHTER_RANGE[0]:g}-{TIGHTER_RANGE[1]:g}x")
-    sensitivity = "; ".join(others) if verdict == FAILS else ""
-    value = main["text"] if verdict == FAILS else "; ".join([main["text"], *others])
+              f"scale / DistServe's; matches within +-{BAND:.0%} of {TIGHTER_RANGE[0]:g}-{TIGHTER_RANGE[1]:g}x, "
+              f"{SIZES_NOTE}")
+    sensitivity = "; ".join(others) if verdict in (FAILS, INCONCLUSIVE) else ""
+    value = main["text"] if sensitivity else "; ".join([main["text"], *others])
     return Outcome(value, verdict, reason, sensitivity)
 
 

@@ -21,6 +21,7 @@ from figures.claims import CLAIMS, EXPERIMENTS
 from figures.claims.base import (
     DIRECTION,
     FAILS,
+    INCONCLUSIVE,
     MATCHES,
     Bounded,
     Claim,
@@ -28,6 +29,7 @@ from figures.claims.base import (
     Outcome,
     Setup,
     format_range,
+    grade_range,
     greater_than_one,
     ratio_range,
 )
@@ -328,6 +330,26 @@ def test_ratio_ranges_follow_the_capacity_bounds():
     assert greater_than_one(2.0, math.inf) == (True, "")
     assert greater_than_one(0.0, 0.5) == (False, "")
     assert greater_than_one(0.5, 2.0)[1].startswith("inconclusive")
+
+
+def test_a_ratio_range_is_graded_on_four_levels():
+    assert grade_range(1.6, 2.0, 2.0, 4.6) == MATCHES  # the whole range within 25% of 2.0-4.6x
+    assert grade_range(1.1, math.inf, 2.0, 4.6) == DIRECTION  # > 1, magnitude open
+    assert grade_range(0.0, 0.9, 2.0, 4.6) == FAILS  # all <= 1
+    assert grade_range(0.5, 2.0, 2.0, 4.6) == INCONCLUSIVE  # straddles 1: the run cannot tell
+    assert grade_range(1.0, 3.0, 2.0) == INCONCLUSIVE  # 1 itself is not "more"
+    assert not Outcome("x", INCONCLUSIVE, "why").holds and Outcome("x", DIRECTION, "why").holds
+
+
+def test_a_goodput_range_straddling_one_is_inconclusive_and_names_its_sensitivity(tmp_path):
+    # DistServe meets the target up to 1 req/s/GPU (exact), vLLM at every measured rate (>= 4: an open bound)
+    make_job(tmp_path / "i", "distserve_slo_attainment", slo([1.0, 0.5, 0.3, 0.1], [1.0, 1.0, 1.0, 1.0]))
+    state, ours = verdict("distserve_goodput", tmp_path / "i")
+    assert state == FAILS  # <= 0.28x: all below 1
+    # both miss the target at the lowest measured rate: each goodput is below 1 req/s/GPU, the ratio anything
+    make_job(tmp_path / "s", "distserve_slo_attainment", slo([0.5, 0.3, 0.2, 0.1], [0.6, 0.3, 0.2, 0.1]))
+    state, ours = verdict("distserve_goodput", tmp_path / "s")
+    assert state == INCONCLUSIVE and "do not pin the ratio down" in ours and "Sensitivity" not in ours
 
 
 def test_capacity_missing_threshold_is_not_run(tmp_path):
