@@ -9,6 +9,7 @@ assumption.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable
@@ -16,7 +17,6 @@ from collections.abc import Callable
 import pandas as pd
 
 from figures.claims.base import (
-    FAILS,
     Claim,
     Experiment,
     MissingData,
@@ -26,11 +26,14 @@ from figures.claims.base import (
     need_columns,
 )
 from figures.study_tables import JobFolder, splitwise_chosen
+from systems.hardware_catalog import load_hardware
 from vocab.result_files import SENSITIVITY_FILE
 
 SPLITWISE = "Splitwise ISCA'24"
 SCENARIO_LABELS = {"token_timing_splitwise_sim": "with splitwise-sim's token-phase timing "
-                                                 "(engine.token_phase_timing=splitwise_sim)"}
+                                                 "(engine.token_phase_timing=splitwise_sim)",
+                   "token_timing_ours": "with our batch-dependent token timing (engine.token_phase_timing=ours)",
+                   "llama2_70b": "on Llama-2-70B (model=llama2_70b)"}
 # The paper's numbers: §6.2-6.3, Fig. 18 [P]; pool sizing: Splitwise-HH iso-power splits (§6.2 [P]).
 AA_ISOPOWER, HA_ISOPOWER, AA_ISOCOST = 2.15, 1.18, 1.4
 PAPER_SHARES = {"azure_code": 35 / 40, "azure_conv": 25 / 40}  # coding 35P/5T, conversation 25P/15T
@@ -79,10 +82,19 @@ def _outcome(job: JobFolder, measure: Measure) -> Outcome:
     return Outcome(value, verdict, f"{reason} ({_scale(job)})", _sensitivity(job, measure))
 
 
+def paper_ha_cost_change() -> tuple[float, float]:
+    """The cost of the paper's iso-power Splitwise-HA cluster (25 DGX-H100 prompt + 26 DGX-A100 token machines,
+    scripts/run_throughput_isopower.sh) against its Baseline-A100 (70 DGX-A100) and Baseline-H100 (40 DGX-H100)
+    at Table I prices (our hardware YAMLs' price per GPU-hour x 8): (vs A100, vs H100) as relative changes."""
+    a100, h100 = (8 * float(load_hardware(name).price_per_hour_usd or math.nan) for name in ("a100_80gb", "h100_80gb"))
+    ha = 25 * h100 + 26 * a100
+    return ha / (70 * a100) - 1.0, ha / (40 * h100) - 1.0
+
+
 def splitwise_vs(design: str, reference: str, budget: str, paper: float, trace: str = "azure_conv",
-                 cheaper: bool = False) -> Callable[[JobFolder], Outcome]:
-    """Throughput of ``design``'s best split over ``reference``'s under one budget, graded against ``paper``
-    (and, with ``cheaper``, only holding at a cost no higher than the reference's)."""
+                 costs_against: tuple[str, ...] = ()) -> Callable[[JobFolder], Outcome]:
+    """Throughput of ``design``'s best split over ``reference``'s under one budget, graded against ``paper``;
+    ``costs_against`` adds the throughput ratio and cost change against those other designs to the reason."""
 
     def measure(table: pd.DataFrame) -> tuple[str, str, str]:
         rows = _chosen(table, trace, budget, (design, reference))
@@ -92,22 +104,30 @@ def splitwise_vs(design: str, reference: str, budget: str, paper: float, trace: 
         power = a["power_kw"] / b["power_kw"] - 1.0
         value = (f"{ratio:.2f}x ({a['split']} {a['max_rate_rps']:.2f} vs {b['split']} {b['max_rate_rps']:.2f} "
                  f"req/s; cost {cost:+.0%}, power {power:+.0%})")
-        verdict = grade_ratio(ratio, paper)
         reason = f"{trace}, iso-{budget}, each design's best machine split"
-        if cheaper and cost > 0:
-            verdict = FAILS
-            reason += f"; not cheaper than {reference}"
-            if "baseline_h100" in rows.index and reference != "baseline_h100":
-                h = rows.loc["baseline_h100"]
-                reason += (f" (against baseline_h100: {a['max_rate_rps'] / h['max_rate_rps']:.2f}x throughput, "
-                           f"cost {a['cost_usd_hr'] / h['cost_usd_hr'] - 1:+.0%})")
-        return value, verdict, reason
+        for other in (o for o in costs_against if o in rows.index):
+            o = rows.loc[other]
+            reason += (f"; against {other}: {a['max_rate_rps'] / o['max_rate_rps']:.2f}x throughput, cost "
+                       f"{a['cost_usd_hr'] / o['cost_usd_hr'] - 1:+.0%}")
+        return value, grade_ratio(ratio, paper), reason
 
     def compute(job: JobFolder) -> Outcome:
         return _outcome(job, measure)
 
     compute.__name__ = f"splitwise_{design}_vs_{reference}_{budget}"
     return compute
+
+
+def splitwise_ha_isopower(job: JobFolder) -> Outcome:
+    """Splitwise-HA over Baseline-A100 at iso-power, graded on throughput; the cost is reported against both
+    baselines, with what the paper's own HA cluster costs at its own prices (its "10% lower cost" does not fit)."""
+    outcome = splitwise_vs("splitwise_ha", "baseline_a100", "power", HA_ISOPOWER,
+                           costs_against=("baseline_h100",))(job)
+    vs_a100, vs_h100 = paper_ha_cost_change()
+    note = (f"graded on throughput only: the paper's own HA cluster (25 H100 prompt + 26 A100 token machines) costs "
+            f"{vs_a100:+.0%} against its Baseline-A100 and {vs_h100:+.0%} against its Baseline-H100 at Table I prices, "
+            "so the paper's \"10% lower cost\" cannot hold against Baseline-A100")
+    return dataclasses.replace(outcome, reason=f"{outcome.reason}; {note}")
 
 
 def _prompt_share(split: str) -> float:
@@ -141,19 +161,21 @@ def splitwise_pool_sizing(job: JobFolder) -> Outcome:
 
 # ---------------------------------------------------------------------------------------------- setups
 
-PAPER_RUN = ("Llama-2-70B at TP 8 per DGX-A100 / DGX-H100 in splitwise-sim (measured profile; at most 512 sequences "
-             "and 2,048 tokens per batch, prompts never chunked; dynamic mixed pool; 200 Gbps per GPU KV links); "
-             "10-minute Poisson traces at 50-250 req/s with Azure 2023 lengths; throughput = the highest rate meeting "
-             "Table VI's p50/p90/p99 slowdowns (TTFT 2/3/6x, TBT and E2E 1.25/1.5/5x) against the request alone on "
-             "a DGX-A100")
-OURS_RUN = ("the same designs, Table I prices and power, SLOs, batch limits and dynamic mixed pool in our simulator "
-            "with splitwise-sim's profile; per-GPU 200 / 400 Gbps links; splitwise_provisioning_full: 40 DGX-H100 of "
-            "budget and every recorded request of the hour (8,819 code, 19,366 conversation), up to 14 splits per "
-            "design (the default preset: 10, the first 1,000, 8); Poisson arrivals, rates by bisection")
+PAPER_RUN = ("BLOOM-176B at TP 8 per DGX-A100 / DGX-H100 in splitwise-sim (its configs/applications/solo.yaml and "
+             "notebooks/plots.ipynb; the paper's §6.4), timed by its measured profile, a token-only iteration looked up "
+             "at batch_tokens = batch size (nearly flat in the batch); at most 512 sequences and 2,048 tokens per "
+             "batch, prompts never chunked; dynamic mixed pool; 200 Gbps per GPU KV links; 10-minute Poisson traces "
+             "at 50-250 req/s with Azure 2023 lengths; throughput = the highest rate meeting Table VI's p50/p90/p99 "
+             "slowdowns (TTFT 2/3/6x, TBT and E2E 1.25/1.5/5x) against the request alone on a DGX-A100")
+OURS_RUN = ("BLOOM-176B (4.0 MB of KV per token, no grouped-query attention) with splitwise-sim's profile and its "
+            "token-phase timing (engine.token_phase_timing=splitwise_sim), the same designs, Table I prices and power, "
+            "SLOs, batch limits and dynamic mixed pool in our simulator; per-GPU 200 / 400 Gbps links; "
+            "splitwise_provisioning_full: 40 DGX-H100 of budget and every recorded request of the hour (8,819 code, "
+            "19,366 conversation), up to 14 splits per design (the default preset: 10, the first 1,000, 8); Poisson "
+            "arrivals, rates by bisection")
 DIFFERENCES = (
-    "decode step: ours grows with batch and context (the profile's batch sweep); splitwise-sim's lookup at "
-    "batch_tokens = batch size is nearly flat in the batch (the sensitivity scenario)",
-    "KV per token: 320 KB (8 KV heads); splitwise-sim's 2.6 MB (no GQA) fills its token machines 8x sooner",
+    "sensitivity: our batch-dependent token timing (TBT grows with the batch, as the paper's Fig. 5b shows: about "
+    "2x at batch 64), and Llama-2-70B (8 KV heads: 320 KB per token, so token machines are not KV-bound)",
     "recorded lengths (prompts capped at 4,096 tokens) in trace order, not sampled ones at fixed rates; bisected "
     "rates, not a 10 req/s sweep; splits searched middle-out with dominated ones pruned, not in steps of 5",
     "TBT = (E2E - TTFT) / (n - 1); splitwise-sim divides by n",
@@ -183,12 +205,12 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("splitwise_ha_isopower", SPLITWISE,
           "Iso-power, conversation: Splitwise-HA out-serves Baseline-A100 at lower cost (§6.2, Fig. 18a [P])",
           "1.18x throughput at 10% lower cost", EXPERIMENT,
-          splitwise_vs("splitwise_ha", "baseline_a100", "power", HA_ISOPOWER, cheaper=True),
+          splitwise_ha_isopower,
           setup=Setup("conversation, iso-power; Splitwise-HA 25 H100 prompt + 26 A100 token machines "
-                      "(scripts/run_throughput_isopower.sh)", "conversation, iso-power",
+                      "(scripts/run_throughput_isopower.sh)", "conversation, iso-power; graded on throughput",
                       ("with Table I prices an A100 costs less per kW than an H100 ($5.5 vs $6.8 per kW-hour), so "
-                       "no iso-power HA cluster costs less than Baseline-A100; the outcome also gives the ratio "
-                       "and cost against Baseline-H100",)),
+                       "no iso-power HA cluster costs less than Baseline-A100, the paper's own included: the cost is "
+                       "reported against both baselines, not graded",)),
           figures=FIGURES, title="Splitwise-HA vs Baseline-A100, iso-power"),
     Claim("splitwise_aa_isocost", SPLITWISE,
           "Iso-cost, conversation: Splitwise-AA out-serves Baseline-H100 (§6.3, Fig. 18b [P])",

@@ -357,8 +357,12 @@ def test_presets_compose_with_the_papers_setup(compose, preset, budget, max_requ
     assert cfg.study.max_requests == max_requests
     params = ProvisioningParams.from_mapping(cfg.study.params)
     assert (params.budget_machines, params.budget_hardware) == (budget, "h100_80gb")
-    assert [s.name for s in params.scenarios] == ["token_timing_splitwise_sim"]
+    assert [s.name for s in params.scenarios] == ["token_timing_ours", "llama2_70b"]
+    assert [list(s.overrides) for s in params.scenarios] == [["engine.token_phase_timing=ours"], ["model=llama2_70b"]]
+    # the paper's cluster results: BLOOM-176B (no grouped-query attention) timed as splitwise-sim times it
+    assert cfg.model.name == "bloom_176b" and cfg.model.kv_bytes_per_token == 4_014_080
     engine = cfg.engine
+    assert engine.token_phase_timing == "splitwise_sim"
     assert (engine.max_num_seqs, engine.max_num_batched_tokens) == (512, 2048)  # splitwise-sim start_state
     assert engine.whole_prompts and not engine.chunked_prefill
     assert engine.mixed_pool == "dynamic" and engine.mixed_prompt_queue_tokens == 8192
