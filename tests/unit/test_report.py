@@ -140,8 +140,9 @@ def splitwise(aa_conv_power: float, split_code: str = "3P/1T", split_conv: str =
                         123.2),
                        ("splitwise_hh", split_code if trace == "azure_code" else split_conv, 8.0, 152.0)]
             for design, split, rate, cost in designs:
+                machines = {"baseline_a100": 7, "baseline_h100": 3}.get(design, 7)  # $17.6 / $38 per machine-hour
                 rows.append({"trace": trace, "budget": budget, "design": design, "split": split, "feasible": True,
-                             "chosen": True, "n_machines": 7, "max_rate_rps": rate, "cost_usd_hr": cost,
+                             "chosen": True, "n_machines": machines, "max_rate_rps": rate, "cost_usd_hr": cost,
                              "power_kw": 22.4, "throughput_per_usd_hr": rate / cost, "throughput_per_kw": rate / 22.4})
                 rows.append({"trace": trace, "budget": budget, "design": design, "split": "1P/1T", "feasible": True,
                              "chosen": False, "n_machines": 2, "max_rate_rps": 100.0, "cost_usd_hr": cost,
