@@ -7,8 +7,8 @@ nothing is recomputed here. Variants are ``<trace>/<system>``; a sensitivity run
 gets its own panel.
 
 Where the paper gives a number for a trace (the gains the claims in :mod:`figures.claims.mooncake_capacity` cite:
-conversation +498 / +157 / +59% at thresholds I / II / III, Fig. 1 [S]; synthetic +62 / +40 / +28% at 100 / 200 /
-300 ms, Fig. 7 [S]), its panel marks those thresholds and lists the paper's gain beside ours (Mooncake's share
+conversation +498 / +157 / +59% at thresholds I / II / III, Fig. 1 [P]; synthetic +62 / +40 / +28% at 100 / 200 /
+300 ms, Fig. 7 [P]), its panel marks those thresholds and lists the paper's gain beside ours (Mooncake's share
 over plain vLLM's, minus 1, as the claims grade it). The plotted CSV holds the shares
 (``measure=effective_share``, ``source=ours``) and the gains (``measure=gain``, ``source=paper`` or ``ours``).
 """
@@ -35,7 +35,7 @@ from figures.study_tables import JobFolder, effective_shares, ordered
 from figures.style import apply_theme, save_figure
 
 SYSTEM_ORDER = ("mooncake", "vllm", "vllm_prefix_caching", "vllm_chunked_prefill")
-PAPER_FIGURE = {"conversation": "Fig. 1", "synthetic": "Fig. 7"}  # where each trace's paper gains are read [S]
+PAPER_FIGURE = {"conversation": "Fig. 1", "synthetic": "Fig. 7"}  # where each trace's paper gains are read [P]
 
 
 def _threshold_name(trace: str, threshold_ms: float) -> str:
@@ -55,7 +55,7 @@ def gain_rows(shares: pd.DataFrame) -> pd.DataFrame:
             label = _threshold_name(base, threshold_ms)
             rows.append({"trace": trace, "system": "mooncake", "tbt_threshold_ms": threshold_ms, "measure": "gain",
                          "gain": paper, "baseline": "vllm (variant unverified)", "source": "paper",
-                         "label": f"{label}: paper {paper:+.0%} ({PAPER_FIGURE.get(base, '')} [S])"})
+                         "label": f"{label}: paper {paper:+.0%} ({PAPER_FIGURE.get(base, '')} [P])"})
             try:
                 ours = gain_at(shares, str(trace), threshold_ms)
             except MissingData:
@@ -82,7 +82,7 @@ def _annotate(ax: Axes, gains: pd.DataFrame) -> None:
         if name:
             ax.text(float(threshold_ms), 0.01, f" {name}", fontsize=6, color="0.3", ha="left", va="bottom")
     figure = PAPER_FIGURE.get(str(gains["trace"].iloc[0]).split(SENSITIVITY_TAG, 1)[0], "")
-    head = f"Mooncake's gain over vLLM (paper: {figure} [S];\nours: over plain vLLM)"
+    head = f"Mooncake's gain over vLLM (paper: {figure} [P];\nours: over plain vLLM)"
     ax.text(0.98, 0.03, "\n".join([head, *lines]), transform=ax.transAxes, ha="right", va="bottom", fontsize=6,
             multialignment="left",
             bbox={"boxstyle": "round,pad=0.3", "facecolor": "white", "edgecolor": "0.6", "alpha": 0.9})

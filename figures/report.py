@@ -327,7 +327,7 @@ def header_lines(results_dirs: Sequence[Path], jobs: Mapping[str, JobFolder], ex
         f"finished job of each experiment ({found} of {len(experiments)} experiments have one; folders in "
         f"[Job folders](#{JOBS_ANCHOR}); git {', '.join(shas) if shas else 'none'}). Every number of ours is "
         "computed by `figures/claims/` from the job's tables; none is typed in. Paper numbers: [P] read in the "
-        "paper's text, [S] from a secondary transcription of a figure or table.", "",
+        "paper itself (its text, a figure's labels or a table), [S] from a secondary transcription.", "",
         "Verdicts, by rules fixed before any run:", "",
         f"- **{MATCHES}**: the direction (or ordering) is right and our magnitude lies within "
         f"+-{MAGNITUDE_BAND:.0%} of the paper's number;",

@@ -275,12 +275,12 @@ def plot_capacity(job_dir: Path) -> list[Path]:
     return paths + save_figure(grid.figure, long, job_dir, "capacity_attainment")
 
 
-PAPER_MEAN = "paper mean (Fig. 5 [S])"  # the hue of the paper's bars in scheduling_ttft
+PAPER_MEAN = "paper mean (Fig. 5 [P])"  # the hue of the paper's bars in scheduling_ttft
 
 
 def scheduling_rows(table: pd.DataFrame) -> pd.DataFrame:
     """Mean and p90 TTFT of each policy in ``table`` (``source=ours``) and the paper's average TTFT of each
-    policy it ran (FAST'25 Fig. 5 [S], as :mod:`figures.claims.mooncake_scheduling` cites it; ``source=paper``)."""
+    policy it ran (FAST'25 Fig. 5 [P], as :mod:`figures.claims.mooncake_scheduling` cites it; ``source=paper``)."""
     ours = table[["variant", "mean_ttft_ms", "p90_ttft_ms"]].melt(id_vars="variant", var_name="statistic",
                                                                   value_name="ttft_ms")
     ours["statistic"] = ours["statistic"].map({"mean_ttft_ms": "mean", "p90_ttft_ms": "p90"})
@@ -330,7 +330,7 @@ def plot_scheduling_hit_rate(job_dir: Path) -> list[Path]:
     order = ordered(table["variant"], SCHEDULING_ORDER)
     data = table[["variant", "sim_prefix_hit_rate_tokens"]].rename(columns={"sim_prefix_hit_rate_tokens": "hit_rate"})
     data = pd.concat([data.assign(source="ours"), pd.DataFrame(
-        [{"variant": "paper cache ratio (Table 2 [S])", "hit_rate": PAPER_CACHE_RATIO, "source": "paper"}])],
+        [{"variant": "paper cache ratio (Table 2 [P])", "hit_rate": PAPER_CACHE_RATIO, "source": "paper"}])],
         ignore_index=True)
     apply_theme()
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
@@ -339,7 +339,7 @@ def plot_scheduling_hit_rate(job_dir: Path) -> list[Path]:
     for container in ax.containers:
         ax.bar_label(container, labels=[f"{v:.1%}" for v in container.datavalues], fontsize=7)
     ax.axhline(PAPER_CACHE_RATIO, color="black", linestyle="--", linewidth=0.9)
-    ax.text(-0.45, PAPER_CACHE_RATIO + 0.01, f"paper: {PAPER_CACHE_RATIO:.0%} (Table 2 [S])", ha="left",
+    ax.text(-0.45, PAPER_CACHE_RATIO + 0.01, f"paper: {PAPER_CACHE_RATIO:.0%} (Table 2 [P])", ha="left",
             va="bottom", fontsize=7)
     ax.set_xticks(range(len(order)), [name.replace("_", "\n") for name in order])
     ax.set(xlabel="prefill scheduling policy", ylabel="prompt tokens served from cache", ylim=(0, 1))

@@ -17,8 +17,8 @@ Verdicts have four levels, decided by rules stated here and printed in the repor
 * ``inconclusive``: our number is known only as a range (capacities bounded by the measured loads) and the
   range straddles the paper's direction (a ratio range containing 1): the run cannot tell.
 
-Citation tags follow the research notes the numbers come from: [P] read in the paper's own text,
-[S] a secondary transcription that quotes the paper (figure labels of the FAST'25 PDF, arXiv tables).
+Citation tags follow the research notes the numbers come from: [P] read in the paper's own text, figure labels
+or tables (the primary PDF), [S] a secondary transcription that quotes the paper.
 """
 
 from __future__ import annotations
@@ -143,6 +143,16 @@ def grade_ratio(ours: float, paper_lo: float, paper_hi: float | None = None, ban
     if not ours > 1:
         return FAILS
     if paper_lo * (1 - band) <= ours <= paper_hi * (1 + band):
+        return MATCHES
+    return DIRECTION
+
+
+def grade_reduction(ours: float, paper: float, band: float = MAGNITUDE_BAND) -> str:
+    """The verdict of a "lowers X by ``paper`` (a fraction)" claim: ``matches`` when our reduction is within
+    ``band`` (relative) of the paper's, ``holds in direction`` when it is only positive, else ``does not hold``."""
+    if not ours > 0:
+        return FAILS
+    if paper * (1 - band) <= ours <= paper * (1 + band):
         return MATCHES
     return DIRECTION
 

@@ -148,8 +148,8 @@ def mooncake_capacity_at(threshold_ms: float, paper_gain: float, trace: str = "c
     return compute
 
 
-CONVERSATION_PAPER = {100.0: 4.98, 200.0: 1.57, 300.0: 0.59}  # Fig. 1 [S]: labels at thresholds I / II / III
-SYNTHETIC_PAPER = {100.0: 0.62, 200.0: 0.40, 300.0: 0.28}  # Fig. 7 [S]; section 5.2.2 text: +40% at 200 ms
+CONVERSATION_PAPER = {100.0: 4.98, 200.0: 1.57, 300.0: 0.59}  # Fig. 1 [P]: labels at thresholds I / II / III
+SYNTHETIC_PAPER = {100.0: 0.62, 200.0: 0.40, 300.0: 0.28}  # Fig. 7 [P]; section 5.2.2 text: +40% at 200 ms
 PAPER_GAINS = {"conversation": CONVERSATION_PAPER, "synthetic": SYNTHETIC_PAPER}  # per trace, for the figure
 PAPER_THRESHOLD_NAMES = {100.0: "I", 200.0: "II", 300.0: "III"}  # Fig. 1's threshold labels, as the claims read them
 
@@ -207,23 +207,23 @@ EXPERIMENTS: tuple[Experiment, ...] = (
 CLAIMS: tuple[Claim, ...] = (
     Claim("mooncake_capacity_100", FAST25,
           "Mooncake raises the share of effective requests over vLLM on the conversation trace at its own load, "
-          "TBT threshold I (100 ms) (Fig. 1 [S]; baseline variant per label unverified)",
+          "TBT threshold I (100 ms) (Fig. 1 [P]; baseline variant per label unverified)",
           "+498%", EXPERIMENT, mooncake_capacity_at(100, CONVERSATION_PAPER[100.0]),
           setup=Setup(paper="conversation trace, threshold I", ours="conversation trace, TBT <= 100 ms"),
           figures=FIGURES, title="Mooncake capacity gain, conversation, 100 ms"),
     Claim("mooncake_capacity_200", FAST25,
-          "Same, TBT threshold II (200 ms) (Fig. 1 [S])", "+157%", EXPERIMENT,
+          "Same, TBT threshold II (200 ms) (Fig. 1 [P])", "+157%", EXPERIMENT,
           mooncake_capacity_at(200, CONVERSATION_PAPER[200.0]),
           setup=Setup(paper="conversation trace, threshold II", ours="conversation trace, TBT <= 200 ms"),
           figures=FIGURES, title="Mooncake capacity gain, conversation, 200 ms"),
     Claim("mooncake_capacity_300", FAST25,
-          "Same, TBT threshold III (300 ms) (Fig. 1 [S])", "+59%", EXPERIMENT,
+          "Same, TBT threshold III (300 ms) (Fig. 1 [P])", "+59%", EXPERIMENT,
           mooncake_capacity_at(300, CONVERSATION_PAPER[300.0]),
           setup=Setup(paper="conversation trace, threshold III", ours="conversation trace, TBT <= 300 ms"),
           figures=FIGURES, title="Mooncake capacity gain, conversation, 300 ms"),
     Claim("mooncake_capacity_synthetic", FAST25,
           "Mooncake raises the share of effective requests on the synthetic trace at every TBT threshold "
-          "(Fig. 7 [S]; section 5.2.2: +40% at 200 ms)",
+          "(Fig. 7 [P]; section 5.2.2: +40% at 200 ms)",
           "+62% / +40% / +28% (100 / 200 / 300 ms)", EXPERIMENT, mooncake_capacity_synthetic,
           setup=Setup(paper="synthetic trace, thresholds 100 / 200 / 300 ms",
                       ours="synthetic trace, TBT <= 100 / 200 / 300 ms"),

@@ -360,7 +360,7 @@ def test_effective_capacity_figure_marks_the_papers_gains_at_its_thresholds(tmp_
     assert by_trace["synthetic"] == pytest.approx(SYNTHETIC_PAPER)  # +62 / +40 / +28% (Fig. 7)
     assert by_trace["conversation@slow"] == pytest.approx(CONVERSATION_PAPER)  # a sensitivity run: its trace's
     assert paper["label"].str.contains("paper").all()
-    assert "I (100 ms): paper +498% (Fig. 1 [S])" in set(paper["label"])
+    assert "I (100 ms): paper +498% (Fig. 1 [P])" in set(paper["label"])
     ours = plotted[(plotted["measure"] == "gain") & (plotted["source"] == "ours")].set_index(
         ["trace", "tbt_threshold_ms"])
     assert ours.loc[("conversation", 100.0), "gain"] == pytest.approx(0.9 / 0.12 - 1)  # over plain vLLM, as judged
