@@ -1,6 +1,8 @@
 """``job=sim_study study.kind=sim_sweep``: every variant (a composed deployment) at every load point,
 one simulation each. Writes ``study.csv`` (one row per variant and point: the deployment, the load,
-every metric of ``harness.metrics.summarize`` and the simulator's counters), ``requests.parquet``
+every metric of ``harness.metrics.summarize``, the simulator's counters and
+``workload_prefix_hit_rate_tokens``, the token hit rate an infinite prefix cache seeing every request would reach:
+the workload's theoretical hit rate), ``requests.parquet``
 (every record, with ``variant`` and ``point`` columns) and ``load.csv`` (per-instance load samples).
 
 ``study.tbt_thresholds_ms`` adds ``attainment_tbt_<x>ms`` columns: SLO attainment with the TBT bound
@@ -124,7 +126,9 @@ def run_sim_sweep(cfg: Config, folder: RunFolder) -> JobResult:
         validities[f"{label} point {index}"] = validity
         row = {"variant": label, "point": index, **point, "n_gpus": deployment.n_gpus,
                "valid": validity["valid"], "validity_reasons": "; ".join(validity["reasons"]),
-               "offered_rate_rps": requests.schedule.offered_rate_rps, **describe_variant(vcfg),
+               "offered_rate_rps": requests.schedule.offered_rate_rps,
+               "workload_prefix_hit_rate_tokens": requests.stats.get("prefix_hit_rate_tokens", math.nan),
+               **describe_variant(vcfg),
                **{k: v for k, v in result.metrics.items() if not isinstance(v, dict | list)},
                **threshold_columns(result.records, vcfg.slo, list(study.tbt_thresholds_ms)),
                **{f"sim_{k}": v for k, v in result.info.items()}, "sim_wall_s": result.wall_s}

@@ -449,3 +449,21 @@ def test_every_preset_figure_is_known_and_registered(tmp_path):
             assert study["figure"] in PLOTS_BY_FIGURE, preset.name
             job = make_job(tmp_path / preset.stem, str(study["figure"]), scheduling_study())
             assert plots_for(job, "sim_study") == PLOTS_BY_FIGURE[study["figure"]]
+
+
+def test_global_cache_figure_draws_every_local_setup_beside_the_papers_labels(tmp_path):
+    from figures.global_cache import PAPER_FIG10, plot_global_cache
+
+    rows = [{"variant": f"{w}/{cache}", "point": 0, "sim_prefix_hit_rate_tokens": hit,
+             "sim_prefill_tokens_computed": 1e7, "sim_busy_s_prefill": busy, "mean_ttft_ms": 900.0,
+             "workload_prefix_hit_rate_tokens": 0.4}
+            for w in ("conversation", "synthetic")
+            for cache, hit, busy in (("local", 0.38, 100.0), ("global", 0.39, 99.0), ("local_round_robin", 0.1, 300.0))]
+    pd.DataFrame(rows).to_csv(tmp_path / "study.csv", index=False)
+    paths = plot_global_cache(tmp_path)
+    assert (tmp_path / "figures" / "global_cache.png").is_file()
+    data = pd.read_csv([p for p in paths if p.suffix == ".csv"][0])
+    ratios = data[data["panel"] == "hit"].set_index(["workload", "local"])["value"]
+    assert ratios[("conversation", "local_round_robin")] == pytest.approx(3.9)
+    assert set(data.loc[data["panel"] == "prefill", "local"]) == {"local", "local_round_robin"}
+    assert set(PAPER_FIG10) >= {"conversation", "synthetic"}

@@ -40,9 +40,10 @@ def test_global_cache_preset_is_the_papers_fig10_setup(compose):
     assert cfg.engine.kv_pool.dram_tokens_per_node == 3_000_000
     assert cfg.study.figure == "global_cache"
     labels = set(cfg.study.variants)
-    caches = ("local", "global", "local_load_aware")
+    caches = ("local", "global", "local_load_aware", "local_round_robin")
     assert labels == {f"{w}/{c}" for w in ("conversation", "synthetic") for c in caches}
-    routers = {"local": "prefix_match", "global": "conductor", "local_load_aware": "local_cache_aware"}
+    routers = {"local": "prefix_match", "global": "conductor", "local_load_aware": "local_cache_aware",
+               "local_round_robin": "round_robin"}
     for label in labels:
         overrides = variant_overrides(cfg, label)
         assert overrides["workload.output_length"] == "1"
@@ -107,14 +108,18 @@ def test_global_cache_runs_end_to_end(tmp_path, monkeypatch, shared_traces):
     job = run_experiment(tmp_path, monkeypatch, ["experiment=mooncake_global_cache", "study.max_requests=200",
                                                  "engine.progress=false"])
     table = pd.read_csv(job / "study.csv").set_index("variant")
-    assert len(table) == 6 and table.loc["conversation/local", "router"] == "prefix_match"
+    assert len(table) == 8 and table.loc["conversation/local", "router"] == "prefix_match"
+    workloads = [label.partition("/")[0] for label in table.index]
+    theoretical = table.groupby(workloads)["workload_prefix_hit_rate_tokens"].nunique()
+    assert (theoretical == 1).all()  # one theoretical hit rate per workload, whatever the routing
     assert (table["n_ok"] == 200).all() and (table["n_output_tokens"] == 200).all()  # one token each
     assert (table["sim_utilization_decode"].fillna(0) == 0).all()  # the decode instance stays idle
     local = [v for v in table.index if "/local" in v]
     assert (table.loc[local, "sim_pool_fetched_tokens"] == 0).all()  # local caches never read the pool
     assert (job / "figures" / "global_cache.png").is_file()
-    assert "max" in judged("mooncake_hit_global_local", job)
-    assert "node-h" in judged("mooncake_prefill_global_local", job)
+    for workload in ("conversation", "synthetic"):
+        assert "local routing" in judged(f"mooncake_hit_global_local_{workload}", job)
+        assert "node-h" in judged(f"mooncake_prefill_global_local_{workload}", job)
 
 
 @pytest.mark.integration
