@@ -104,6 +104,7 @@ class HardwareConfig:
     price_per_hour_usd: Optional[float] = None  # per device
     interconnect_gbps: Optional[float] = None  # intra-node GB/s per device, bidirectional (as data sheets quote)
     compute_efficiency: float = 0.6  # achievable fraction of peak_tflops_bf16 in dense GEMMs
+    attention_efficiency: Optional[float] = None  # the same for attention (FlashAttention); null: compute_efficiency
     memory_efficiency: float = 0.8  # achievable fraction of mem_bandwidth_gbps when streaming weights/KV
     interconnect_efficiency: float = 0.7  # achievable fraction of interconnect_gbps in an all-reduce
     allreduce_latency_us: float = 10.0  # fixed cost of one all-reduce per log2(tp) step
@@ -119,8 +120,10 @@ class HardwareConfig:
             value = getattr(self, key)
             if value is not None and value <= 0:
                 raise ConfigError(f"hardware.{key}: must be > 0 or null, got {value}")
-        for key in ("compute_efficiency", "memory_efficiency", "interconnect_efficiency"):
+        for key in ("compute_efficiency", "memory_efficiency", "interconnect_efficiency", "attention_efficiency"):
             value = getattr(self, key)
+            if value is None and key == "attention_efficiency":
+                continue
             if not 0 < value <= 1:
                 raise ConfigError(f"hardware.{key}: must be in (0, 1] (a fraction of the peak), got {value}")
         for key in ("allreduce_latency_us", "iteration_overhead_ms"):

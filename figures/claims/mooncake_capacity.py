@@ -189,7 +189,10 @@ MOONCAKE_CAPACITY_SETUP = Setup(
          "at its 512-token default, prefix caching only in its own baseline; conversation and synthetic traces at "
          "their own timestamps, x = 100..1000 ms (figure effective_capacity); gain = Mooncake's share / plain "
          "vLLM's share at x - 1 (section 5.2.2's baseline), the gains over the other two listed",
-    differences=("a simulator with a roofline performance model (not calibrated on an A800) instead of the testbed",
+    differences=("a simulator with a roofline performance model instead of the testbed: the GEMM factors are the "
+                 "A100's, attention's efficiency (0.24 of peak) is fitted on Vidur's A100 FlashAttention profile "
+                 "(benchmarks.attention_calibration); with attention at the GEMMs' 0.6 the chunked-prefill "
+                 "baseline reached 97% effective requests at 200 ms",
                  "the figures do not say which baseline each label compares against; section 5.2.2's text compares "
                  "against vLLM: we grade against plain vLLM, and report the strongest baseline as the sensitivity",
                  "the paper does not say how requests were spread over the vLLM instances: round-robin here",

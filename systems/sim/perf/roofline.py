@@ -8,7 +8,8 @@ Per iteration on an instance of ``n = tp * pp`` GPUs (bf16 weights, ``P`` parame
 - Bytes: the weights once per iteration, plus the KV cache read by decode (``sum_context`` tokens)
   and written by every new token.
 - Time: ``max(t_compute, t_memory) + (1 - overlap) * min(...)`` where ``t_compute = FLOPs / (peak *
-  compute_efficiency * n)`` and ``t_memory = bytes / (bandwidth * memory_efficiency * n)``
+  compute_efficiency * n)`` (attention's FLOPs at ``attention_efficiency``: the constructor's, else the
+  hardware's, else ``compute_efficiency``) and ``t_memory = bytes / (bandwidth * memory_efficiency * n)``
   (``overlap = 1``, the default, is the plain roofline), plus tensor-parallel communication, plus the
   hardware's fixed ``iteration_overhead_ms``.
 - TP: two all-reduces per layer of ``tokens * hidden * 2`` bytes each, as a ring
@@ -120,7 +121,8 @@ class RooflineModel(ShapedPerfModel):
         self._kv_capacity = kv_capacity_tokens_for(model, hw, shape, gpu_memory_utilization, activation_reserve_gib)
         n, tp, pp = shape.n_gpus, shape.tp, shape.pp
         flop_rate = hw.peak_tflops_bf16 * 1e12 * hw.compute_efficiency * n
-        attn_rate = hw.peak_tflops_bf16 * 1e12 * (attention_efficiency or hw.compute_efficiency) * n
+        attn_rate = hw.peak_tflops_bf16 * 1e12 * (attention_efficiency or hw.attention_efficiency
+                                                   or hw.compute_efficiency) * n
         byte_rate = hw.mem_bandwidth_gbps * 1e9 * hw.memory_efficiency * n
         d_attn = model.num_attention_heads * model.head_dim
         self._t_weights = weight_bytes(model) / byte_rate
