@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -495,6 +496,65 @@ def test_a_claim_that_lacks_data_is_not_run(tmp_path):
     make_job(tmp_path, "mooncake_scheduling", scheduling((4, 3, 2, 1)))
     row = evaluate(claim, find_latest_jobs([tmp_path]))
     assert row.verdict == NOT_RUN and "no variant x" in row.ours
+
+
+# ---------------------------------------------------------------------------------------------- both ways
+
+def _placement(root: Path, tied: bool) -> None:
+    table = pd.DataFrame({"prefill_tp": [2], "decode_tp": [1], "per_gpu_rate": [1.5625], "chosen": [True]})
+    make_job(root, "distserve_placement", table, files={"placement.json": pair_report(1.5625, tied=tied)})
+
+
+def _fig10(root: Path, global_hit: float, global_busy: float) -> None:
+    runs = {f"{w}/{cache}": values for w in ("conversation", "synthetic")
+            for cache, values in (("global", (global_hit, global_busy)), ("local", (0.2, 2.0)))}
+    make_job(root, "mooncake_global_cache", global_cache(runs))
+
+
+GOOD_SLO, BAD_SLO = ([1.0, 1.0, 0.95, 0.5], [0.95, 0.5, 0.3, 0.1]), ([1.0, 0.95, 0.85, 0.5], [1.0, 1.0, 1.0, 0.95])
+TIGHTER = "distserve_sharegpt/DistServe", "distserve_sharegpt/vLLM"
+# per claim: a job on which it holds and one on which it does not (synthetic tables, each verdict computed)
+BOTH_WAYS: dict[str, tuple[Callable[[Path], object], Callable[[Path], object]]] = {
+    "distserve_goodput": (lambda r: make_job(r, "distserve_slo_attainment", slo(*GOOD_SLO)),
+                          lambda r: make_job(r, "distserve_slo_attainment", slo(*BAD_SLO))),
+    "distserve_placement": (lambda r: _placement(r, True), lambda r: _placement(r, False)),
+    "distserve_tighter_slo": (lambda r: _tighter_job(r, [(TIGHTER[0], 1.5, 0.5, "exact"), (TIGHTER[1], 1.5, 1.2, "exact")]),
+                              lambda r: _tighter_job(r, [(TIGHTER[0], 1.5, 1.4, "exact"), (TIGHTER[1], 1.5, 1.2, "exact")])),
+    **{key: (lambda r: make_job(r, "mooncake_capacity", capacity(PAPER_LIKE)),
+             lambda r: make_job(r, "mooncake_capacity", capacity({**PAPER_LIKE, "vllm": (0.95, 0.97, 0.995)})))
+       for key in ("mooncake_capacity_100", "mooncake_capacity_200", "mooncake_capacity_300",
+                   "mooncake_capacity_synthetic")},
+    **{key: (lambda r: make_job(r, "mooncake_scheduling", scheduling((19.65, 5.27, 3.58, 3.07), hits=(0.3, 0.4))),
+             lambda r: make_job(r, "mooncake_scheduling", scheduling((19.0, 5.0, 3.0, 3.5), hits=(0.3, 0.1))))
+       for key in ("mooncake_scheduling", "mooncake_global_vs_local", "mooncake_hit_rate")},
+    **{f"mooncake_{measure}_global_local_{w}": (lambda r: _fig10(r, 0.44, 1.0), lambda r: _fig10(r, 0.15, 2.2))
+       for measure in ("hit", "prefill") for w in ("conversation", "synthetic")},
+    "mooncake_rejection": (lambda r: make_job(r, "mooncake_rejection", rejection({"8P8D": (400, 300, 200)})),
+                           lambda r: make_job(r, "mooncake_rejection", rejection({"8P8D": (228, 228, 228)}))),
+    **{key: (lambda r: make_job(r, "splitwise_provisioning", splitwise(aa_conv_power=12.9, split_code="3P/1T")),
+             lambda r: make_job(r, "splitwise_provisioning", splitwise(aa_conv_power=5.0, split_code="1P/3T",
+                                                                       ha_rate=5.0)))
+       for key in ("splitwise_aa_isopower", "splitwise_pool_sizing", "splitwise_ha_isopower")},
+    "splitwise_aa_isocost": (
+        lambda r: make_job(r, "splitwise_provisioning", splitwise(aa_conv_power=12.9).assign(
+            max_rate_rps=lambda t: t["max_rate_rps"].where(t["design"] != "splitwise_aa", 12.0))),
+        lambda r: make_job(r, "splitwise_provisioning", splitwise(aa_conv_power=5.0))),
+}
+
+
+def test_every_claim_has_inputs_on_which_it_holds_and_inputs_on_which_it_fails():
+    assert set(BOTH_WAYS) == set(CLAIMS_BY_KEY), "a claim without a both-ways case: add one to BOTH_WAYS"
+
+
+@pytest.mark.parametrize("key", sorted(BOTH_WAYS))
+def test_each_claim_can_hold_and_can_fail(tmp_path, key):
+    holding, failing = BOTH_WAYS[key]
+    holding(tmp_path / "holds")
+    failing(tmp_path / "fails")
+    state, ours = verdict(key, tmp_path / "holds")
+    assert state in (MATCHES, DIRECTION), ours
+    state, ours = verdict(key, tmp_path / "fails")
+    assert state == FAILS, ours
 
 
 # ---------------------------------------------------------------------------------------------- the file
