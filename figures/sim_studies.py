@@ -19,6 +19,8 @@
   :mod:`figures.global_cache`);
 - ``rejection``: rejected requests per rejection mode and split, and prefill/decode load over time
   (arXiv 2407.00079 Table 3, Fig. 10);
+- ``rejection_sweep``: the share of requests per-stage rejection rejects, in all and after their prefill, against
+  the replay speed per prefill:decode split and decode load threshold (:mod:`figures.rejection_sweep`);
 - ``splitwise_provisioning`` (alias ``splitwise``): throughput, throughput per $/hr and per kW of each
   design's chosen provisioning, per trace and budget (Splitwise Fig. 18);
 - ``placement_search`` (alias ``placement``): per-GPU goodput of every DistServe placement candidate
@@ -49,6 +51,7 @@ from figures.global_cache import plot_global_cache
 from figures.placement_pairs import plot_placement_pairs
 from figures.real_replay import plot_replay_attainment, plot_replay_overload, plot_replay_quantiles
 from figures.real_runs import measured_attainment
+from figures.rejection_sweep import plot_rejection_sweep
 from figures.slo_scale import plot_slo_scale
 from figures.study_tables import (
     REJECTION_ORDER,
@@ -421,6 +424,7 @@ PLOTS_BY_FIGURE: dict[str, tuple[PlotFn, ...]] = {
     "scheduling_ttft": (plot_scheduling, plot_scheduling_hit_rate),
     "global_cache": (plot_global_cache,),
     "rejection": (plot_rejection,),
+    "rejection_sweep": (plot_rejection_sweep,),
     "splitwise": (plot_splitwise,),
     "splitwise_provisioning": (plot_splitwise,),
     "placement": (plot_placement,),

@@ -286,14 +286,57 @@ def _split_of(row: pd.Series) -> str:
     return "all"
 
 
+def replay_speed(table: pd.DataFrame) -> pd.Series:
+    """How many times faster than its own timestamps each row replayed its trace: the load point's
+    ``speedup`` (1 when none) over the variant's ``arrival_time_scale`` (1 when the study did not write it)."""
+    ones = pd.Series(1.0, index=table.index)
+    speedup = table["speedup"].astype(float).fillna(1.0) if "speedup" in table else ones
+    scale = table["arrival_time_scale"].astype(float).fillna(1.0) if "arrival_time_scale" in table else ones
+    return speedup / scale
+
+
 def rejection_table(table: pd.DataFrame) -> pd.DataFrame:
-    """The rejection study: split (``<split>/<mode>`` label, else ``<prefill>P<decode>D``), mode, counts."""
+    """The rejection study: split (``<split>/<mode>`` label, else ``<prefill>P<decode>D``), mode, counts, the
+    replay speed (:func:`replay_speed`; NaN when the study wrote neither of its columns) and, when the study
+    wrote them, the decode load threshold and the requests rejected after their prefill
+    (``sim_n_rejected_after_prefill``: 0 where the counter is absent, a run that rejected none)."""
     split = table.apply(_split_of, axis=1)
     mode = [MODE_ALIASES.get(split_label(v)[1], split_label(v)[1]) for v in table["variant"]]
     keep = [c for c in ("variant", "point", "n_rejected", "n_issued", "slo_attainment", "mean_ttft_ms",
                         "p90_tpot_ms", "goodput_rps", "goodput_rps_per_gpu", "sim_n_rejected_after_prefill",
-                        "sim_wasted_prefill_tokens", "sim_prefill_tokens_computed") if c in table]
-    return table[keep].assign(split=list(split), mode=mode)
+                        "sim_wasted_prefill_tokens", "sim_prefill_tokens_computed", "decode_load_threshold")
+            if c in table]
+    speed = replay_speed(table) if {"speedup", "arrival_time_scale"} & set(table.columns) else math.nan
+    out = table[keep].assign(split=list(split), mode=mode, speed=speed)
+    if "sim_n_rejected_after_prefill" in out:
+        out["sim_n_rejected_after_prefill"] = out["sim_n_rejected_after_prefill"].astype(float).fillna(0.0)
+    return out
+
+
+def rejection_sweep_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The rejection sweep (``experiment=mooncake_rejection_sweep``): per row its split
+    (``<prefill>P<decode>D``), decode load threshold, replay speed, and the shares of issued requests rejected
+    in all and rejected after their prefill, sorted by split, threshold and speed."""
+    for column in ("n_rejected", "n_issued", "prefill", "decode", "decode_load_threshold"):
+        if column not in table:
+            raise KeyError(f"study.csv has no column {column} (a rejection sweep writes it)")
+    after = (table["sim_n_rejected_after_prefill"].astype(float).fillna(0.0)
+             if "sim_n_rejected_after_prefill" in table else pd.Series(0.0, index=table.index))
+    issued = table["n_issued"].astype(float)
+    out = pd.DataFrame({
+        "variant": table["variant"],
+        "split": [f"{int(p)}P{int(d)}D" for p, d in zip(table["prefill"], table["decode"], strict=True)],
+        "prefill": table["prefill"].astype(int),
+        "decode_load_threshold": table["decode_load_threshold"].astype(float),
+        "speed": replay_speed(table),
+        "n_issued": table["n_issued"].astype(int),
+        "n_rejected": table["n_rejected"].astype(int),
+        "n_rejected_after_prefill": after.astype(int),
+        "rejected_share": table["n_rejected"].astype(float) / issued,
+        "after_prefill_share": after / issued,
+    })
+    return (out.sort_values(["prefill", "decode_load_threshold", "speed"], ascending=[True, True, True])
+            .drop(columns="prefill").reset_index(drop=True))
 
 
 def load_series(load: pd.DataFrame, variants: pd.DataFrame) -> pd.DataFrame:

@@ -222,6 +222,7 @@ class StudyConfig:
     tbt_thresholds_ms: list[float] = field(default_factory=list)  # extra attainment columns, one per TBT bound
     slo_scales: list[float] = field(default_factory=list)  # sim_sweep: attainment with every bound scaled by each
     max_requests: Optional[int] = None
+    write_requests: bool = True  # sim_sweep: false leaves out requests.parquet (every record of every point)
     params: dict[str, Any] = field(default_factory=dict)  # study-specific settings (documented per study)
 
     def __post_init__(self) -> None:

@@ -41,7 +41,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (  # minutes: measured on 2 shared cores, 
     Experiment("mooncake_cache_hit", "Mooncake prefix-cache hit rate vs capacity, global vs local pool", 0.1),
     Experiment("mooncake_scheduling", "Mooncake: average TTFT of four scheduling policies", 0.3),
     Experiment("mooncake_global_cache", "Mooncake Fig. 10: global vs local KV cache on 10 prefill nodes", 0.2),
-    Experiment("mooncake_rejection", "Mooncake: baseline / early / predictive rejection under 2x overload", 0.5),
+    Experiment("mooncake_rejection", "Mooncake: baseline / early / predictive rejection where the stand-in trace "
+               "overloads the cluster as the paper's did (13P3D at 5.78x), the paper's 8P8D at 2x as sensitivity", 0.7),
     Experiment("mooncake_capacity", "Mooncake vs vLLM: share of effective requests at TBT 100..1000 ms, trace load",
                0.5),
     Experiment("distserve_real_replay", "the simulator against DistServe's 24 real A100 runs of DistServe and vLLM "
@@ -62,6 +63,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (  # minutes: measured on 2 shared cores, 
                "(small_llama)", 6.2, quiet="engine.load.progress=false", full_only=True),
     Experiment("mooncake_capacity_rate", "ours, not FAST'25's metric: Mooncake vs vLLM rate capacity (8.4 GB peak)",
                5.5, full_only=True),
+    Experiment("mooncake_rejection_sweep", "Mooncake rejection: splits x decode load thresholds x replay speeds, "
+               "where per-stage rejection rejects the paper's shares (the point mooncake_rejection judges)", 3.0,
+               full_only=True),
     Experiment("splitwise_provisioning_full", "Splitwise at paper scale: full-hour traces, paper-size clusters", 78.0,
                full_only=True),
 )

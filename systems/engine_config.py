@@ -98,12 +98,16 @@ class EngineConfig:
             raise ConfigError(f"engine.{key}: must be in (0, 1], got {value}")
 
     @staticmethod
-    def _check_scheduling(rejection: str, kvcache_balancing_threshold: float) -> None:
+    def _check_scheduling(rejection: str, kvcache_balancing_threshold: float, decode_load_threshold: float) -> None:
         """The Mooncake-style admission and cache-balancing knobs (engines that schedule disaggregated systems)."""
         if rejection not in REJECTION_MODES:
             raise ConfigError(f"engine.rejection: expected one of {', '.join(REJECTION_MODES)}, got {rejection!r}")
         if kvcache_balancing_threshold < 1:
             raise ConfigError(f"engine.kvcache_balancing_threshold: must be >= 1, got {kvcache_balancing_threshold}")
+        if not (math.isfinite(decode_load_threshold) and decode_load_threshold > 0):
+            raise ConfigError(f"engine.decode_load_threshold: must be a finite number > 0 (the average TBT ratio, "
+                              f"estimated TBT / TBT SLO, above which the decode pool counts as overloaded; 1 is the "
+                              f"TBT SLO itself), got {decode_load_threshold}")
 
 
 @dataclass
@@ -196,6 +200,8 @@ class SimEngineConfig(EngineConfig):
     #                           memory) until a decode instance has room for it (decoding_stage_scheduler.py)
     kv_pool: SimKVPoolConfig = field(default_factory=SimKVPoolConfig)
     rejection: str = "none"  # none | baseline (after prefill) | early | predictive
+    decode_load_threshold: float = 1.0  # rejection: the decode pool is overloaded when its average TBT ratio
+    #                                     (estimated TBT / TBT SLO over decode instances) exceeds this
     kvcache_balancing_threshold: float = 2.0
     mixed_overflow_queue_s: float = 1.0  # Splitwise: a prompt goes to the mixed pool when the prompt pool's queue is longer
     mixed_pool: str = "dedicated"  # Splitwise's mixed pool: dedicated (system.mixed_instances take overflow) | dynamic
@@ -213,7 +219,7 @@ class SimEngineConfig(EngineConfig):
             raise ConfigError(f"engine.sample_interval_s: must be a finite number >= {MIN_SAMPLE_INTERVAL_S:g} "
                               f"(simulated seconds between load samples), got {self.sample_interval_s}")
         self._check_fraction("gpu_memory_utilization")
-        self._check_scheduling(self.rejection, self.kvcache_balancing_threshold)
+        self._check_scheduling(self.rejection, self.kvcache_balancing_threshold, self.decode_load_threshold)
         self._check_peer_timing()
         self._check_profile()
         if self.kv_handoff not in KV_HANDOFFS:
@@ -349,6 +355,7 @@ class VllmEngineConfig(RealEngineConfig):
     mixed: VllmRoleConfig = field(default_factory=VllmRoleConfig)  # Splitwise's mixed pool
     kv_pool: VllmKVPoolConfig = field(default_factory=VllmKVPoolConfig)
     rejection: str = "none"  # none | baseline | early | predictive (the router answers 429)
+    decode_load_threshold: float = 1.0  # rejection: the decode pool is overloaded above this average TBT ratio
     kvcache_balancing_threshold: float = 2.0  # Conductor: fetch from the pool when it holds this many times the local match
     mixed_overflow_outstanding: int = 2  # Splitwise: prompts go to the mixed pool when every prompt instance has this many in flight
     router_estimates: EstimateStart = field(default_factory=EstimateStart)  # the router's cost model, refined online
@@ -377,7 +384,7 @@ class VllmEngineConfig(RealEngineConfig):
         self._check_positive("startup_timeout_s", "max_num_seqs", "cpu_kvcache_space_gib", "tensor_parallel_size",
                              "kv_block_size", "max_model_len", "max_instances", "mixed_overflow_outstanding")
         self._check_fraction("gpu_memory_utilization")
-        self._check_scheduling(self.rejection, self.kvcache_balancing_threshold)
+        self._check_scheduling(self.rejection, self.kvcache_balancing_threshold, self.decode_load_threshold)
         if self.kv_connector not in ("auto", "mooncake", "nixl"):
             raise ConfigError(f"engine.kv_connector: expected auto, mooncake or nixl, got {self.kv_connector!r}")
         _positive("kv_transfer_stall_s", self.kv_transfer_stall_s)

@@ -3,7 +3,8 @@ one simulation each. Writes ``study.csv`` (one row per variant and point: the de
 every metric of ``harness.metrics.summarize``, the simulator's counters and
 ``workload_prefix_hit_rate_tokens``, the token hit rate an infinite prefix cache seeing every request would reach:
 the workload's theoretical hit rate), ``requests.parquet``
-(every record, with ``variant`` and ``point`` columns) and ``load.csv`` (per-instance load samples).
+(every record, with ``variant`` and ``point`` columns; left out with ``study.write_requests=false``) and
+``load.csv`` (per-instance load samples).
 
 ``study.tbt_thresholds_ms`` adds ``attainment_tbt_<x>ms`` columns: SLO attainment with the TBT bound
 replaced by each threshold (Mooncake judges capacity at 100, 200 and 300 ms).
@@ -139,10 +140,11 @@ def run_sim_sweep(cfg: Config, folder: RunFolder) -> JobResult:
         log.info("%s point %d: %s", label, index, ", ".join(
             f"{k}={row[k]:.3g}" for k in ("offered_rate_rps", "slo_attainment", "mean_ttft_ms", "p90_tpot_ms")
             if isinstance(row.get(k), float)))
-        frame = records_frame(result.records)
-        frame.insert(0, "variant", label)
-        frame.insert(1, "point", index)
-        frames.append(frame)
+        if study.write_requests:
+            frame = records_frame(result.records)
+            frame.insert(0, "variant", label)
+            frame.insert(1, "point", index)
+            frames.append(frame)
         if result.load_samples:
             load = pd.DataFrame(result.load_samples)
             load.insert(0, "variant", label)
@@ -150,8 +152,10 @@ def run_sim_sweep(cfg: Config, folder: RunFolder) -> JobResult:
             loads.append(load)
     table = pd.DataFrame(rows)
     folder.write_table(STUDY_FILE, table)
-    folder.write_table(REQUESTS_FILE, pd.concat(frames, ignore_index=True))
-    files = {"study": STUDY_FILE, "requests": REQUESTS_FILE}
+    files = {"study": STUDY_FILE}
+    if study.write_requests:
+        folder.write_table(REQUESTS_FILE, pd.concat(frames, ignore_index=True))
+        files["requests"] = REQUESTS_FILE
     if loads:
         folder.write_table(LOAD_FILE, pd.concat(loads, ignore_index=True))
         files["load"] = LOAD_FILE

@@ -42,4 +42,6 @@ def describe_variant(cfg: Config) -> dict[str, Any]:
             "model": cfg.model.name, "hardware": cfg.hardware.name, "engine": engine.name,
             "perf_model": sim.perf_model if sim else None,
             "rejection": scheduling.rejection if scheduling else None,
+            "decode_load_threshold": scheduling.decode_load_threshold if scheduling else None,
+            "arrival_time_scale": cfg.workload.arrival.time_scale,  # a trace replayed 1 / this times faster
             "max_num_seqs": scheduling.max_num_seqs if scheduling else None}

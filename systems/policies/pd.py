@@ -25,7 +25,8 @@ with room for the request's KV. Admission (``rejection``) follows Mooncake (arXi
 Table 3). The prefill pool is overloaded when the request's estimated TTFT exceeds the TTFT SLO; the decode
 pool is overloaded (:func:`decode_overloaded`) when no decode instance has room for the request's KV or the
 pool's load, the *average TBT ratio over all decode instances* (estimated TBT / TBT SLO,
-:func:`decode_load`), exceeds 1:
+:func:`decode_load`), exceeds the decode load threshold (``decode_load_threshold``, default 1: the TBT SLO
+itself; the paper states no value, so a reproduction may set it lower to reject before the SLO is reached):
 
 * ``none``: admit everything;
 * ``baseline``: per-stage checks, each when its stage starts: the prefill stage's at arrival, the decode
@@ -57,6 +58,7 @@ __all__ = [
     "PDScheduler",
     "PrefillView",
     "PrefixSource",
+    "check_decode_load_threshold",
     "decode_load",
     "decode_overloaded",
 ]
@@ -134,12 +136,22 @@ def decode_load(decodes: Sequence[DecodeView], tbt_slo_s: Optional[float], predi
     return sum(steps) / len(steps) / tbt_slo_s
 
 
-def decode_overloaded(decodes: Sequence[DecodeView], tbt_slo_s: Optional[float], predicted: bool = False) -> bool:
+def decode_overloaded(decodes: Sequence[DecodeView], tbt_slo_s: Optional[float], predicted: bool = False,
+                      threshold: float = 1.0) -> bool:
     """True when no decode instance has room for the request's KV or the pool's load (:func:`decode_load`)
-    exceeds 1."""
+    exceeds ``threshold`` (a TBT ratio: 1 is the TBT SLO)."""
     if _best_decode(decodes, predicted) is None:
         return True
-    return decode_load(decodes, tbt_slo_s, predicted) > 1.0
+    return decode_load(decodes, tbt_slo_s, predicted) > threshold
+
+
+def check_decode_load_threshold(threshold: float) -> float:
+    """``threshold`` as a float when it is a finite number > 0 (a TBT ratio); ``ValueError`` otherwise."""
+    value = float(threshold)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"decode_load_threshold must be a finite number > 0 (a TBT ratio: 1 is the TBT SLO), "
+                         f"got {threshold}")
+    return value
 
 
 def _best_decode(decodes: Sequence[DecodeView], predicted: bool = False) -> Optional[int]:
@@ -158,7 +170,7 @@ class PDScheduler:
 
     def __init__(self, policy: str = "conductor", rejection: str = "none", ttft_slo_s: Optional[float] = None,
                  tbt_slo_s: Optional[float] = None, kvcache_balancing_threshold: float = 2.0,
-                 seed: int = 0, pick_decode: bool = True) -> None:
+                 seed: int = 0, pick_decode: bool = True, decode_load_threshold: float = 1.0) -> None:
         if policy not in PD_POLICY_NAMES:
             raise ValueError(f"unknown disaggregation policy {policy!r}; known: {', '.join(PD_POLICY_NAMES)}")
         if rejection not in REJECTION_MODES:
@@ -170,6 +182,8 @@ class PDScheduler:
         self.ttft_slo_s = ttft_slo_s
         self.tbt_slo_s = tbt_slo_s
         self.threshold = float(kvcache_balancing_threshold)
+        # the decode pool is overloaded above this average TBT ratio (early, predictive; the driver's baseline check)
+        self.decode_load_threshold = check_decode_load_threshold(decode_load_threshold)
         self.seed = seed
         # False: the driver picks the decode instance itself when the prefill ends (the simulator), so
         # decode views are only read when admission needs them
@@ -238,13 +252,16 @@ class PDScheduler:
         if self.rejection != "none":
             if self.ttft_slo_s is not None and est_ttft > self.ttft_slo_s:
                 reject = f"estimated TTFT {est_ttft:.3f} s exceeds the SLO {self.ttft_slo_s:g} s"
-            elif self.rejection != "baseline" and decodes and decode_overloaded(decodes, self.tbt_slo_s, predicted):
+            elif self.rejection != "baseline" and decodes and decode_overloaded(
+                    decodes, self.tbt_slo_s, predicted, self.decode_load_threshold):
                 reject = ("decode instances overloaded" + (" (predicted)" if predicted else "")
-                          + (f": average TBT ratio {decode_load(decodes, self.tbt_slo_s, predicted):.2f} > 1"
+                          + (f": average TBT ratio {decode_load(decodes, self.tbt_slo_s, predicted):.2f} > "
+                             f"{self.decode_load_threshold:g}"
                              if d is not None and self.tbt_slo_s is not None else ": no KV room"))
         return PDDecision(prefill=chosen, decode=d, reuse_tokens=reuse, fetch_tokens=fetch,
                           est_ttft_s=est_ttft, est_tbt_s=est_tbt, reject=reject)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.policy, "rejection": self.rejection, "ttft_slo_s": self.ttft_slo_s,
-                "tbt_slo_s": self.tbt_slo_s, "kvcache_balancing_threshold": self.threshold, "seed": self.seed}
+                "tbt_slo_s": self.tbt_slo_s, "kvcache_balancing_threshold": self.threshold,
+                "decode_load_threshold": self.decode_load_threshold, "seed": self.seed}

@@ -87,6 +87,7 @@ class RouterConfig:
     mixed: list[Instance] = field(default_factory=list)
     policy: str = "load_balancing"
     rejection: str = "none"
+    decode_load_threshold: float = 1.0  # the decode pool is overloaded above this average TBT ratio
     ttft_slo_s: Optional[float] = None
     tbt_slo_s: Optional[float] = None
     kvcache_balancing_threshold: float = 2.0
@@ -144,7 +145,8 @@ class PDRouter:
         if self.events is not None:
             self.state.local_cache_source = "kv_events"
         self.scheduler = PDScheduler(cfg.policy, cfg.rejection, cfg.ttft_slo_s, cfg.tbt_slo_s,
-                                     cfg.kvcache_balancing_threshold, cfg.seed, pick_decode=True)
+                                     cfg.kvcache_balancing_threshold, cfg.seed, pick_decode=True,
+                                     decode_load_threshold=cfg.decode_load_threshold)
         self.pool = pool
         self.mixed_outstanding = [0] * len(cfg.mixed)
         self.admission = Admission(cfg.max_pending)

@@ -61,6 +61,7 @@ class DeploymentSetup:
     kv_pool: KVPoolSetup = field(default_factory=KVPoolSetup)
     rejection: str = "none"  # "baseline" is applied here, after prefill; the rest by the scheduler
     tbt_slo_s: Optional[float] = None
+    decode_load_threshold: float = 1.0  # decode rejection: the pool is overloaded above this average TBT ratio
     max_model_len: Optional[int] = None
     mixed_overflow_queue_s: float = 1.0
     sample_interval_s: float = 10.0

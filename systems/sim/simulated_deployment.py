@@ -180,7 +180,8 @@ def build_setup(cfg: DeploymentConfig, plans: list[PoolPlan], perf: dict[str, Pe
         scheduler = PDScheduler(policy, rejection=engine.rejection,
                                 ttft_slo_s=_slo_s(cfg.slo.ttft_ms), tbt_slo_s=_slo_s(tbt),
                                 kvcache_balancing_threshold=engine.kvcache_balancing_threshold, seed=seed,
-                                pick_decode=False)  # the simulator picks decode when the prefill ends
+                                pick_decode=False,  # the simulator picks decode when the prefill ends
+                                decode_load_threshold=engine.decode_load_threshold)
     kv_pool = KVPoolSetup()
     if topology.has_kv_pool and engine.kv_pool.dram_tokens_per_node > 0:
         try:
@@ -194,7 +195,8 @@ def build_setup(cfg: DeploymentConfig, plans: list[PoolPlan], perf: dict[str, Pe
         prefix_caching=system.prefix_caching, chunked_prefill=engine.chunked_prefill,
         max_num_batched_tokens=engine.max_num_batched_tokens, max_num_seqs=engine.max_num_seqs,
         layerwise_transfer=engine.layerwise_transfer, kv_handoff=engine.kv_handoff, num_layers=cfg.model.num_layers, kv_pool=kv_pool,
-        rejection=engine.rejection, tbt_slo_s=_slo_s(tbt), max_model_len=cfg.model.max_model_len,
+        rejection=engine.rejection, tbt_slo_s=_slo_s(tbt), decode_load_threshold=engine.decode_load_threshold,
+        max_model_len=cfg.model.max_model_len,
         mixed_overflow_queue_s=engine.mixed_overflow_queue_s, sample_interval_s=engine.sample_interval_s,
         kv_link_per_gpu=engine.kv_link_per_gpu, whole_prompts=engine.whole_prompts,
         mixed_pool=engine.mixed_pool if topology.has_mixed_pool else "dedicated",  # no mixed pool: nothing to lend to

@@ -701,7 +701,8 @@ class Simulation(InstanceHooks):
             self._finish_without_decode(inst, req, now)
             return
         if self.setup.rejection == "baseline" and decode_overloaded(self.decode_views(req.prompt, 0.0),
-                                                                      self.setup.tbt_slo_s):
+                                                                      self.setup.tbt_slo_s, False,
+                                                                      self.setup.decode_load_threshold):
             inst.release(req.reserved)
             req.reserved = 0
             self.counters["rejected_after_prefill"] += 1

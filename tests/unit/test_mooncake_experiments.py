@@ -9,8 +9,10 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import yaml
 
 from figures.claims import CLAIMS
+from figures.claims import mooncake_rejection as rejection
 from figures.claims.base import VERDICTS, MissingData
 from figures.study_tables import JobFolder
 from harness.app import JobContext, run_job
@@ -52,17 +54,50 @@ def test_global_cache_preset_is_the_papers_fig10_setup(compose):
         assert variant.workload.output_length == 1 and variant.workload.name == f"mooncake_{label.split('/')[0]}"
 
 
-def test_rejection_preset_is_the_papers_table3_setup(compose):
+def test_rejection_preset_judges_the_sweeps_point_with_the_papers_setting_as_sensitivity(compose):
+    """The judged variants are the claim's JUDGED_* setting (the point the sweep found); 8P8D at 2x (Table 3's split
+    and speed), 8P8D at its ~18% speed and 8P1D at 2x are the sensitivity runs, each with all three policies."""
     cfg = compose(["experiment=mooncake_rejection"])
-    assert (cfg.system.prefill_instances, cfg.system.decode_instances) == (8, 8)
-    assert list(cfg.study.speedups) == [2.0]
+    assert (cfg.system.prefill_instances, cfg.system.decode_instances) == (rejection.JUDGED_PREFILL,
+                                                                          rejection.JUDGED_DECODE)
+    assert cfg.system.prefill_instances + cfg.system.decode_instances == 16  # the paper's 16 nodes
+    assert cfg.workload.name == "mooncake_conversation" and not cfg.study.speedups
+    assert cfg.workload.arrival.time_scale == rejection.JUDGED_TIME_SCALE
+    assert cfg.engine.decode_load_threshold == rejection.JUDGED_THRESHOLD
     assert cfg.slo.ttft_ms == 30_000 and cfg.slo.tbt_ms == 100
-    modes = ("none", "baseline", "early", "predictive")
-    assert {f"8P8D/{m}" for m in modes} <= set(cfg.study.variants)
+    modes = ("baseline", "early", "predictive")
+    splits = {rejection.JUDGED_SPLIT: (rejection.JUDGED_PREFILL, rejection.JUDGED_DECODE, rejection.JUDGED_TIME_SCALE,
+                                       rejection.JUDGED_THRESHOLD),
+              rejection.PAPER_SPLIT: (8, 8, 1 / rejection.PAPER_SPEED, 1.0), "8P8D@18%": (8, 8, 0.258, 1.0),
+              "8P1D": (8, 1, 1 / rejection.PAPER_SPEED, 1.0)}
+    expected = {f"{s}/{m}" for s in splits for m in modes} | {f"{rejection.JUDGED_SPLIT}/none"}
+    assert set(cfg.study.variants) == expected
     for label in cfg.study.variants:
+        split, mode = label.split("/")
         variant = compose(["experiment=mooncake_rejection", *cfg.study.variants[label]])
-        assert variant.engine.rejection == label.split("/")[1]
-        assert variant.system.decode_instances == (1 if label.startswith("8P1D") else 8)
+        assert variant.engine.rejection == mode
+        prefill, decode, time_scale, threshold = splits[split]
+        assert (variant.system.prefill_instances, variant.system.decode_instances) == (prefill, decode), label
+        assert variant.workload.arrival.time_scale == pytest.approx(time_scale), label
+        assert variant.engine.decode_load_threshold == threshold, label
+
+
+def test_rejection_sweep_preset_sweeps_splits_thresholds_and_speeds(compose):
+    cfg = compose(["experiment=mooncake_rejection_sweep"])
+    assert cfg.study.figure == "rejection_sweep" and cfg.engine.rejection == "baseline"
+    assert cfg.workload.arrival.time_scale == 1.0 and len(cfg.study.speedups) >= 5
+    assert min(cfg.study.speedups) <= rejection.PAPER_SPEED < max(cfg.study.speedups)
+    assert max(cfg.study.speedups) > 1 / rejection.JUDGED_TIME_SCALE  # the judged speed lies inside the sweep
+    seen = set()
+    for label, overrides in cfg.study.variants.items():
+        variant = compose(["experiment=mooncake_rejection_sweep", *overrides])
+        split, threshold = label.split("/")
+        assert f"{variant.system.prefill_instances}P{variant.system.decode_instances}D" == split
+        assert variant.system.prefill_instances + variant.system.decode_instances == 16
+        assert variant.engine.decode_load_threshold == float(threshold) and variant.engine.rejection == "baseline"
+        seen.add((split, float(threshold)))
+    assert (rejection.JUDGED_SPLIT, rejection.JUDGED_THRESHOLD) in seen  # the judged point comes from this sweep
+    assert (rejection.PAPER_SPLIT, 1.0) in seen
 
 
 def test_cache_hit_preset_sizes_the_global_local_replay_as_fig10(compose):
@@ -127,15 +162,37 @@ def test_rejection_runs_end_to_end(tmp_path, monkeypatch, shared_traces):
     job = run_experiment(tmp_path, monkeypatch, ["experiment=mooncake_rejection", "study.max_requests=300",
                                                  "engine.progress=false"])
     table = pd.read_csv(job / "study.csv").set_index("variant")
-    assert len(table) == 8 and (table["n_issued"] == 300).all()
-    assert (table.loc[["8P8D/none", "8P1D/none"], "n_rejected"] == 0).all()
+    assert len(table) == 13 and (table["n_issued"] == 300).all()
+    assert table.loc[f"{rejection.JUDGED_SPLIT}/none", "n_rejected"] == 0
+    assert table.loc[f"{rejection.JUDGED_SPLIT}/baseline", "decode_load_threshold"] == rejection.JUDGED_THRESHOLD
+    assert table.loc["8P8D/baseline", "arrival_time_scale"] == 0.5
     early = [v for v in table.index if v.endswith(("/early", "/predictive"))]
     assert (table.loc[early, "sim_wasted_prefill_tokens"] == 0).all()  # only the baseline rejects after prefill
     load = pd.read_csv(job / "load.csv")
     assert load.loc[load["role"] == "decode", "step_s"].notna().all()
     assert (job / "figures" / "rejection_load.png").is_file()
     value = judged("mooncake_rejection", job)
-    assert value.startswith("8P8D: ") and "sensitivity 8P1D" in value and "goodput" in value
+    assert value.startswith(f"{rejection.JUDGED_SPLIT} ({1 / rejection.JUDGED_TIME_SCALE:.3g}x, decode load "
+                            f"threshold {rejection.JUDGED_THRESHOLD:g}): baseline rejects ")
+    assert "vs the paper's 18.2%" in value and "sensitivity 8P8D (2x" in value and "sensitivity 8P1D" in value
+
+
+@pytest.mark.integration
+def test_rejection_sweep_runs_end_to_end(tmp_path, monkeypatch, shared_traces):
+    job = run_experiment(tmp_path, monkeypatch, ["experiment=mooncake_rejection_sweep", "study.max_requests=300",
+                                                 "study.speedups=[2.0,6.0]", "engine.progress=false"])
+    cfg = yaml.safe_load((job / "config.yaml").read_text(encoding="utf-8"))
+    table = pd.read_csv(job / "study.csv")
+    assert len(table) == 2 * len(cfg["study"]["variants"]) and (table["n_issued"] == 300).all()
+    assert set(table["rejection"]) == {"baseline"} and set(table["speedup"]) == {2.0, 6.0}
+    sweep = pd.read_csv(job / "figures" / "rejection_sweep.csv")
+    assert (job / "figures" / "rejection_sweep.png").is_file()
+    assert set(sweep["split"]) == {v.split("/")[0] for v in cfg["study"]["variants"]}
+    assert set(sweep["measure"]) == {"rejected (share of requests)", "rejected after prefill (share)"}
+    assert sweep["value"].between(0, 1).all()
+    assert not (job / "requests.parquet").exists()  # study.write_requests=false: ~1.5 GB at full size
+    summary = json.loads((job / "summary.json").read_text(encoding="utf-8"))
+    assert summary["status"] == "ok" and "requests" not in summary.get("files", {})
 
 
 @pytest.mark.integration

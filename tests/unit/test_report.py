@@ -34,6 +34,7 @@ from figures.claims.base import (
     greater_than_one,
     ratio_range,
 )
+from figures.claims.mooncake_rejection import JUDGED_SPLIT as REJECTION_JUDGED_SPLIT
 from figures.report import NOT_RUN, evaluate, find_latest_jobs, main, write_report
 from figures.report_markdown import Section, brief, split_top
 from figures.study_tables import THRESHOLD_COLUMN, JobFolder
@@ -93,12 +94,22 @@ PAPER_LIKE = {"mooncake": (0.9, 0.95, 0.99), "vllm": (0.15, 0.37, 0.62), "vllm_p
               "vllm_chunked_prefill": (0.1, 0.6, 0.55)}
 
 
-def rejection(counts: dict[str, tuple[int, int, int]]) -> pd.DataFrame:
+def rejection(counts: dict[str, tuple[int, int, int]], issued: int = 1000,
+              after_prefill: dict[str, int] | None = None) -> pd.DataFrame:
+    """A mooncake_rejection study: per split, the requests baseline / early / predictive rejected of ``issued``;
+    ``after_prefill``: per split, how many of the baseline's were rejected after their prefill (the column is
+    written only when given, as the simulator writes its counter only when it counted some)."""
     rows = []
     for split, values in counts.items():
         for mode, n in zip(("baseline", "early", "predictive"), values, strict=True):
-            rows.append({"variant": f"{split}/{mode}", "point": 0, "n_rejected": n, "n_issued": 1000})
+            row = {"variant": f"{split}/{mode}", "point": 0, "n_rejected": n, "n_issued": issued}
+            if after_prefill is not None:
+                row["sim_n_rejected_after_prefill"] = after_prefill.get(split) if mode == "baseline" else math.nan
+            rows.append(row)
     return pd.DataFrame(rows)
+
+
+JUDGED = REJECTION_JUDGED_SPLIT  # the split the claim judges (the preset's, checked by test_mooncake_experiments)
 
 
 def slo(distserve: list[float], vllm: list[float], workload: str = "distserve_sharegpt") -> pd.DataFrame:
@@ -366,22 +377,44 @@ def test_capacity_missing_threshold_is_not_run(tmp_path):
     assert verdict("mooncake_capacity_100", tmp_path)[0] == MATCHES
 
 
-def test_rejection_is_judged_on_the_papers_split(tmp_path):
-    make_job(tmp_path / "a", "mooncake_rejection", rejection({"8P8D": (400, 300, 200), "12P2D": (1, 2, 3)}))
+def test_rejection_is_judged_on_the_sweeps_split(tmp_path):
+    make_job(tmp_path / "a", "mooncake_rejection", rejection({JUDGED: (400, 300, 200), "12P2D": (1, 2, 3)}))
     state, ours = verdict("mooncake_rejection", tmp_path / "a")
-    assert state == DIRECTION and "8P8D: 400 / 300 / 200" in ours and "12P2D: 1 / 2 / 3" in ours
-    make_job(tmp_path / "m", "mooncake_rejection", rejection({"8P8D": (4000, 3600, 3430)}))  # -10%, -14.25%
-    assert verdict("mooncake_rejection", tmp_path / "m")[0] == MATCHES
-    make_job(tmp_path / "b", "mooncake_rejection", rejection({"8P8D": (228, 228, 228), "8P1D": (9, 6, 3)}))
-    state, ours = verdict("mooncake_rejection", tmp_path / "b")
-    assert state == FAILS and "Sensitivity: 8P1D flips it" in ours
+    assert state == DIRECTION and "400 / 300 / 200 rejected" in ours and "sensitivity 12P2D" in ours
+    assert "early rejects 25.0% fewer and predictive 50.0% fewer than baseline (paper: 9.8% fewer and 14.2% fewer)" \
+           in ours
+    assert "NOT the paper's overload" in ours  # 40% rejected is not the paper's 18.2%
     make_job(tmp_path / "c", "mooncake_rejection", rejection({"12P2D": (104, 183, 732)}))
     state, ours = verdict("mooncake_rejection", tmp_path / "c")
-    assert state == NOT_RUN and "no 8P8D" in ours
+    assert state == NOT_RUN and f"no {JUDGED}" in ours
+
+
+def test_rejection_matches_at_the_papers_overload_with_the_papers_reductions(tmp_path):
+    # 4,000 of 22,000 rejected (18.2%), 400 after prefill (1.8%); early -10%, predictive -14.25%
+    make_job(tmp_path, "mooncake_rejection", rejection({JUDGED: (4000, 3600, 3430)}, issued=22_000,
+                                                       after_prefill={JUDGED: 400}))
+    state, ours = verdict("mooncake_rejection", tmp_path)
+    assert state == MATCHES, ours
+    assert "baseline rejects 18.2% of requests vs the paper's 18.2%, 1.8% after their prefill vs 1.8%" in ours
+    assert "NOT the paper's overload" not in ours
+
+
+def test_rejection_fails_when_early_rejects_more_and_names_the_sensitivity_runs(tmp_path):
+    make_job(tmp_path / "a", "mooncake_rejection", rejection({JUDGED: (2187, 3710, 3836), "8P8D": (352, 352, 352)},
+                                                             issued=12_031, after_prefill={JUDGED: 185}))
+    state, ours = verdict("mooncake_rejection", tmp_path / "a")
+    assert state == FAILS
+    assert "early rejects 69.6% more and predictive 75.4% more than baseline" in ours
+    assert "baseline rejects 18.2% of requests vs the paper's 18.2%, 1.5% after their prefill vs 1.8%" in ours
+    assert "8P8D does not flip it: 352 / 352 / 352 rejected" in ours
+    assert "sensitivity 8P8D: baseline rejects 2.9%, 0.0% after prefill" in ours  # no counter: none after prefill
+    make_job(tmp_path / "b", "mooncake_rejection", rejection({JUDGED: (228, 228, 228), "8P1D": (9, 6, 3)}))
+    state, ours = verdict("mooncake_rejection", tmp_path / "b")
+    assert state == FAILS and "Sensitivity: 8P1D flips it" in ours
 
 
 def test_rejection_reports_goodput_wasted_prefill_and_decode_load(tmp_path):
-    table = rejection({"8P8D": (62, 62, 62), "8P1D": (895, 1242, 1430)})
+    table = rejection({JUDGED: (62, 62, 62), "8P1D": (895, 1242, 1430)})
     table["goodput_rps"] = 5.0
     table["sim_wasted_prefill_tokens"] = [0, 0, 0, 10_000_000, 0, 0]
     table["sim_prefill_tokens_computed"] = 20_000_000
@@ -529,8 +562,8 @@ BOTH_WAYS: dict[str, tuple[Callable[[Path], object], Callable[[Path], object]]] 
        for key in ("mooncake_scheduling", "mooncake_global_vs_local", "mooncake_hit_rate")},
     **{f"mooncake_{measure}_global_local_{w}": (lambda r: _fig10(r, 0.44, 1.0), lambda r: _fig10(r, 0.15, 2.2))
        for measure in ("hit", "prefill") for w in ("conversation", "synthetic")},
-    "mooncake_rejection": (lambda r: make_job(r, "mooncake_rejection", rejection({"8P8D": (400, 300, 200)})),
-                           lambda r: make_job(r, "mooncake_rejection", rejection({"8P8D": (228, 228, 228)}))),
+    "mooncake_rejection": (lambda r: make_job(r, "mooncake_rejection", rejection({JUDGED: (400, 300, 200)})),
+                           lambda r: make_job(r, "mooncake_rejection", rejection({JUDGED: (228, 228, 228)}))),
     **{key: (lambda r: make_job(r, "splitwise_provisioning", splitwise(aa_conv_power=12.9, split_code="3P/1T")),
              lambda r: make_job(r, "splitwise_provisioning", splitwise(aa_conv_power=5.0, split_code="1P/3T",
                                                                        ha_rate=5.0)))

@@ -41,6 +41,7 @@ def router_config(cfg: DeploymentConfig, instances: Sequence[RoutedInstance], *,
     kv_tokens = int(engine.cpu_kvcache_space_gib * (1 << 30) // max(kv_bytes, 1))  # one instance's KV cache
     estimates: Mapping[str, Any] = asdict(engine.router_estimates)
     return {**by_role, "policy": policy, "rejection": engine.rejection,
+            "decode_load_threshold": engine.decode_load_threshold,
             "ttft_slo_s": _ms_to_s(cfg.slo.ttft_ms), "tbt_slo_s": _ms_to_s(cfg.slo.tpot_ms),
             "kvcache_balancing_threshold": engine.kvcache_balancing_threshold, "seed": cfg.seed,
             "block_size": block_size, "mixed_overflow_outstanding": engine.mixed_overflow_outstanding,
