@@ -45,6 +45,7 @@ import seaborn as sns
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
+from figures.claims.mooncake_rejection import JUDGED_SPLIT, PAPER_REJECTED, PAPER_REQUESTS
 from figures.claims.mooncake_scheduling import PAPER_CACHE_RATIO, PAPER_TTFT_S, SCHEDULERS
 from figures.effective_capacity import plot_effective_capacity
 from figures.global_cache import plot_global_cache
@@ -365,7 +366,9 @@ def plot_rejection(job_dir: Path) -> list[Path]:
             ax.bar_label(container, fmt="%d", fontsize=7)
     grid.set_axis_labels("rejection mode", "rejected requests")
     grid.set_titles("{col_name}")
-    grid.figure.suptitle("Rejected requests by rejection policy", y=1.04)
+    _draw_paper_rejections(grid, table, modes)
+    grid.figure.suptitle("Rejected requests by rejection policy; black: arXiv v3 Table 3 as a share of our requests",
+                         y=1.04)
     paths = save_figure(grid.figure, table, job_dir, "rejection")
     if not job.has(LOAD_FILE):
         return paths
@@ -383,6 +386,21 @@ def plot_rejection(job_dir: Path) -> list[Path]:
     grid.set_titles("{row_name}, {col_name}")
     grid.figure.suptitle("Prefill and decode load over time by rejection policy", y=1.02)
     return paths + save_figure(grid.figure, series, job_dir, "rejection_load")
+
+
+def _draw_paper_rejections(grid: sns.FacetGrid, table: pd.DataFrame, modes: list[str]) -> None:
+    """On the judged split's panel: the paper's baseline / early / predictive counts (arXiv v3 Table 3 [P]) scaled
+    to the requests that split issued (the paper's are of about 23,000, ours of the stand-in trace)."""
+    judged = table[table["split"] == JUDGED_SPLIT]
+    if judged.empty or "n_issued" not in judged or JUDGED_SPLIT not in grid.axes_dict:
+        return
+    issued = float(judged["n_issued"].max())
+    ax = grid.axes_dict[JUDGED_SPLIT]
+    points = [(modes.index(m), n / PAPER_REQUESTS * issued)
+              for m, n in zip(("baseline", "early", "predictive"), PAPER_REJECTED, strict=True) if m in modes]
+    ax.scatter([x for x, _ in points], [y for _, y in points], marker="D", color="black", zorder=5,
+               label="paper, as a share")
+    ax.legend(fontsize=7, loc="upper left")
 
 
 # ---------------------------------------------------------------------------------------------- Splitwise

@@ -467,3 +467,20 @@ def test_global_cache_figure_draws_every_local_setup_beside_the_papers_labels(tm
     assert ratios[("conversation", "local_round_robin")] == pytest.approx(3.9)
     assert set(data.loc[data["panel"] == "prefill", "local"]) == {"local", "local_round_robin"}
     assert set(PAPER_FIG10) >= {"conversation", "synthetic"}
+
+
+def test_rejection_figure_draws_table3_as_a_share_of_our_requests_on_the_judged_split():
+    import seaborn as sns
+
+    from figures.claims.mooncake_rejection import JUDGED_SPLIT, PAPER_REJECTED, PAPER_REQUESTS
+    from figures.sim_studies import _draw_paper_rejections
+
+    table = pd.DataFrame({"split": [JUDGED_SPLIT] * 3 + ["8P8D"] * 3, "mode": ["baseline", "early", "predictive"] * 2,
+                          "n_rejected": [10, 20, 30, 1, 1, 1], "n_issued": [1000] * 6})
+    modes = ["baseline", "early", "predictive"]
+    grid = sns.catplot(data=table, x="mode", y="n_rejected", col="split", order=modes, kind="bar")
+    _draw_paper_rejections(grid, table, modes)
+    offsets = grid.axes_dict[JUDGED_SPLIT].collections[-1].get_offsets()
+    assert list(offsets[:, 0]) == [0, 1, 2]
+    assert list(offsets[:, 1]) == pytest.approx([n / PAPER_REQUESTS * 1000 for n in PAPER_REJECTED])
+    assert not grid.axes_dict["8P8D"].collections  # only the judged split is the paper's overload
