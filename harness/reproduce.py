@@ -133,7 +133,7 @@ def _outcome(code: int) -> str:
 
 def run_side_by_side(experiments: Sequence[Experiment], jobs: int, results_dir: str, overrides: Sequence[str],
                      numbering: dict[str, int], total: int) -> list[str]:
-    """The simulator presets, ``jobs`` at a time, longest first (one at a time, in order and on the console,
+    """``experiments``, ``jobs`` at a time, longest first (one at a time, in order and on the console,
     with ``jobs == 1``). Returns the names of those that failed."""
     failed: list[str] = []
     if jobs <= 1:
@@ -191,13 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = run_side_by_side(simulated, args.jobs, args.results_dir, args.overrides, numbering, len(chosen))
     if simulated:
         log.info("simulator presets: %.0f s (%d at a time)", time.perf_counter() - start, args.jobs)
-    for experiment in (e for e in chosen if e.real):
-        log.info("[%d/%d] %s: %s (~%.1f min)", numbering[experiment.name], len(chosen), experiment.name,
-                 experiment.what, experiment.minutes)
-        code, seconds = run_one(experiment, args.results_dir, args.overrides)
-        log.info("      %s in %.0f s", _outcome(code), seconds)
-        if code:
-            failed.append(experiment.name)
+    failed += run_side_by_side([e for e in chosen if e.real], 1, args.results_dir, args.overrides, numbering,
+                               len(chosen))  # one at a time, alone
     report = subprocess.run([sys.executable, "-m", "figures.report", "--results-dir", args.results_dir], check=False)
     if report.returncode:
         failed.append("figures.report")

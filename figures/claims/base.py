@@ -34,6 +34,8 @@ from figures.study_tables import JobFolder, MissingCapacity
 MATCHES, DIRECTION, FAILS, INCONCLUSIVE = "matches", "holds in direction", "does not hold", "inconclusive"
 VERDICTS = (MATCHES, DIRECTION, FAILS, INCONCLUSIVE)
 MAGNITUDE_BAND = 0.25  # "matches": within +-25% of the paper's number
+FAST25 = "Mooncake FAST'25"  # the papers the Mooncake claims cite
+ARXIV_MC = "Mooncake arXiv 2407.00079"
 
 
 class MissingData(Exception):

@@ -24,6 +24,7 @@ import pandas as pd
 from figures.claims.base import (
     DIRECTION,
     FAILS,
+    FAST25,
     MAGNITUDE_BAND,
     MATCHES,
     Claim,
@@ -34,7 +35,6 @@ from figures.claims.base import (
 )
 from figures.study_tables import JobFolder, effective_shares
 
-FAST25 = "Mooncake FAST'25"
 MOONCAKE = "mooncake"
 BASELINES = ("vllm", "vllm_prefix_caching", "vllm_chunked_prefill")
 JUDGED_BASELINE = "vllm"  # section 5.2.2 compares conversation and synthetic against plain vLLM

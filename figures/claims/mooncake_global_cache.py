@@ -19,6 +19,7 @@ import pandas as pd
 from figures.claims.base import (
     DIRECTION,
     FAILS,
+    FAST25,
     MATCHES,
     Claim,
     Experiment,
@@ -31,7 +32,6 @@ from figures.claims.base import (
 from figures.global_cache import PAPER_FIG10, PAPER_LOCAL_SHARE, premise_local, premise_table
 from figures.study_tables import JobFolder
 
-FAST25 = "Mooncake FAST'25"
 WORKLOADS = ("conversation", "synthetic")  # the Fig. 10 workloads in ../shared/traces (tool&agent is not)
 ROUTING = {"local": "kept together (longest own prefix)", "local_round_robin": "not kept together (round robin)",
            "local_load_aware": "load-aware (smallest estimated TTFT given the node's own prefix)"}

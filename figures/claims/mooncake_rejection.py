@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from figures.claims.base import (
+    ARXIV_MC,
     DIRECTION,
     FAILS,
     MAGNITUDE_BAND,
@@ -27,9 +28,6 @@ from figures.claims.base import (
 )
 from figures.study_tables import JobFolder, rejection_table
 from vocab.result_files import LOAD_FILE
-
-ARXIV_MC = "Mooncake arXiv 2407.00079"
-
 
 PAPER_REJECTED = (4183, 3771, 3589)  # baseline / early / predictive, arXiv v3 Table 3 [P]
 PAPER_REQUESTS = 23_000  # "real traces of about 23,000 requests" (arXiv v3 §8.2 [P])

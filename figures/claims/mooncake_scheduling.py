@@ -9,6 +9,7 @@ import pandas as pd
 from figures.claims.base import (
     DIRECTION,
     FAILS,
+    FAST25,
     MAGNITUDE_BAND,
     MATCHES,
     Claim,
@@ -20,8 +21,6 @@ from figures.claims.base import (
     need_columns,
 )
 from figures.study_tables import JobFolder
-
-FAST25 = "Mooncake FAST'25"
 
 
 def _by_variant(job: JobFolder, column: str, variants: tuple[str, ...]) -> pd.Series:
