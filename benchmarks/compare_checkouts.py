@@ -16,6 +16,9 @@ core. Tasks:
 - ``sweep``: a 20-job ``--multirun`` sweep on the simulator, the four designs at five rates (Hydra's basic
   launcher, the jobs one after another in one process);
 - ``full``: the ``--full`` preset ``mooncake_capacity_rate`` (the paper-scale capacity search);
+- ``reproduce_full`` (not in the default set): the simulator presets of ``python -m harness.reproduce --full``
+  (every preset but the real-process ones, as the checkout lists them) in one ``harness.reproduce`` run as a user
+  starts it (its default ``--jobs``: side by side), with each preset's own wall seconds from its output;
 - ``million``: 1,000,000 requests through 1,024 instances of the vLLM baseline, the simulator's scale case
   (``sim_scale_bench --case``: simulate and build the records), with its peak RSS;
 - ``single`` (not in the default set): one short serving run as a user types it, the Azure conversation hour on
@@ -37,6 +40,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -58,7 +62,8 @@ TASKS = ("presets", "sweep", "full", "million")
 SINGLE = ["system=vllm_baseline", "system.colocated_instances=4", "system.router=least_loaded", "model=llama2_70b",
           "hardware=h100_80gb", "engine.perf_model=splitwise", "engine.colocated.tp=8", "workload=azure_conv",
           "slo=none", "engine.progress=false"]
-FINGERPRINTED = ("requests.parquet", "study.csv", "points.csv")
+FINGERPRINTED = ("requests.parquet", "study.csv", "points.csv", "sensitivity.csv")
+PRESET_DONE = re.compile(r"^\s+(\w+) done in (\d+) s$")  # harness.reproduce's line for a preset run side by side
 WALL_CLOCK_SUFFIX = "wall_s"
 
 
@@ -151,6 +156,26 @@ def task_full(checkout: Checkout, out: Path) -> Timing:
     return timing
 
 
+def simulator_presets_of(checkout: Checkout) -> list[str]:
+    """Every preset of the checkout's ``harness.reproduce --full`` but the real-process ones."""
+    code = ("import json; from harness.reproduce import EXPERIMENTS as E; "
+            "print(json.dumps([e.name for e in E if not getattr(e, 'real', e.name.endswith('_cpu'))]))")
+    out = subprocess.run([str(checkout.python), "-c", code], cwd=checkout.root, capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout)
+
+
+def task_reproduce_full(checkout: Checkout, out: Path) -> Timing:
+    presets = simulator_presets_of(checkout)
+    timing, _ = run_timed(checkout, ["-m", "harness.reproduce", "--full", "--only", ",".join(presets),
+                                     "--results-dir", str(out)], out / "log.txt")
+    for line in (out / "log.txt").read_text(encoding="utf-8").splitlines():  # its log lines (stderr) are there
+        done = PRESET_DONE.match(line)
+        if done:
+            timing.detail[done.group(1)] = float(done.group(2))
+    return timing
+
+
 def task_single(checkout: Checkout, out: Path) -> Timing:
     timing, _ = run_timed(checkout, ["-m", "harness", *SINGLE, f"results_dir={out}"], out / "log.txt")
     return timing
@@ -187,7 +212,9 @@ def fingerprints(results: Path) -> dict[str, str]:
             continue
         data = path.read_bytes() if path.suffix == ".parquet" else csv_without_wall_clock(path)
         parts = [p for p in path.relative_to(results).parts if not p[:4].isdigit()]  # the run folders' timestamps
-        found["/".join(parts)] = hashlib.sha256(data).hexdigest()
+        key = "/".join(parts)
+        n = sum(1 for k in found if k == key or k.startswith(key + " #"))  # two runs of one experiment: in time order
+        found[key if n == 0 else f"{key} #{n + 1}"] = hashlib.sha256(data).hexdigest()
     return found
 
 
@@ -203,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--reference", required=True, help="the checkout to compare against (its root)")
     parser.add_argument("--variant", default=".", help="the checkout measured (default: this one)")
-    parser.add_argument("--tasks", nargs="+", choices=[*TASKS, "single"], default=list(TASKS))
+    parser.add_argument("--tasks", nargs="+", choices=[*TASKS, "single", "reproduce_full"], default=list(TASKS))
     parser.add_argument("--presets", nargs="*", help="the presets of the presets task (default: make run's simulator "
                                                      "presets, as the variant lists them)")
     parser.add_argument("--reference-env", nargs="*", default=[], metavar="KEY=VALUE",
@@ -220,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="compare-checkouts-"))
     tasks: dict[str, Callable[[Checkout, Path], Timing]] = {
         "presets": lambda c, o: task_presets(c, o, presets), "sweep": task_sweep, "full": task_full,
-        "million": task_million, "single": task_single}
+        "million": task_million, "single": task_single, "reproduce_full": task_reproduce_full}
     print(f"reference {sides['reference'].root} {args.reference_env}, variant {sides['variant'].root} "
           f"{args.variant_env}; {args.repeats} repeats; "
           f"runs under {work}", flush=True)

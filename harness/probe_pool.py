@@ -6,7 +6,7 @@ says how the backend is chosen.
 
 The backend is ``study.params.parallel``: ``none`` (in-process, the default outside Hydra), ``joblib``,
 ``ray``, ``slurm``, ``submitit_local``, or ``auto`` (what the configured Hydra launcher is: the joblib,
-Ray or submitit launcher, in-process under Hydra's basic launcher). Worker counts and cluster settings
+Ray or submitit launcher; under Hydra's basic launcher joblib over the host's CPUs, in-process on one CPU). Worker counts and cluster settings
 come from the launcher's config (``hydra.launcher.n_jobs``, ``hydra.launcher.ray.init``, the Slurm
 partition, account, time limit and CPUs); ``study.params.parallel_workers`` caps the workers.
 
@@ -48,6 +48,7 @@ SUBMITIT_KEYS = {"timeout_min": "timeout_min", "cpus_per_task": "cpus_per_task",
                  "comment": "slurm_comment", "constraint": "slurm_constraint", "exclude": "slurm_exclude",
                  "mem_per_cpu": "slurm_mem_per_cpu", "additional_parameters": "slurm_additional_parameters",
                  "setup": "slurm_setup", "array_parallelism": "slurm_array_parallelism"}
+BASIC_LAUNCHER = "BasicLauncher"  # Hydra's own: one job at a time in this process
 PROBE_JOBS_FOLDER = "probe_jobs"  # submitit's folder under the job folder
 
 
@@ -102,12 +103,23 @@ def current_launcher() -> Launcher:
     return Launcher(target.rsplit(".", 1)[-1], config, hydra.mode == RunMode.MULTIRUN)
 
 
-def choose_backend(mode: str, launcher: Launcher) -> str:
+def usable_cpus() -> int:
+    """The CPUs this process may use (its affinity where the OS says)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def choose_backend(mode: str, launcher: Launcher, cpus: Optional[int] = None) -> str:
     """The :data:`MODES` value ``auto`` resolves to (``mode`` itself otherwise): the backend of the
-    configured launcher; ``none`` for Hydra's basic launcher and outside Hydra, and for a job that a joblib
-    launcher runs in a multirun (its sweep already fills the host's cores)."""
+    configured launcher; under Hydra's basic launcher, joblib over this host's CPUs when it has more than one
+    (``cpus``: :func:`usable_cpus`); ``none`` outside Hydra and for a job that a joblib launcher runs in a
+    multirun (its sweep already fills the host's cores)."""
     if mode != "auto":
         return mode
+    if launcher.name == BASIC_LAUNCHER:
+        return "joblib" if (usable_cpus() if cpus is None else cpus) > 1 else "none"
     backend = LAUNCHER_BACKENDS.get(launcher.name, "none")
     if backend == "joblib" and launcher.multirun:
         log.info("probes run in-process: this job is one of a joblib multirun (study.params.parallel=joblib "

@@ -12,13 +12,17 @@ The simulator presets run first, ``--jobs`` of them at a time (default: the CPUs
 when they finish. Their console output then goes to ``<results-dir>/reproduce_logs/<name>.log`` (printed when
 one fails). The real-process presets (``real``: vLLM servers timed on this host) run after them, one at a time
 and alone, since their time is their measurement.
+
+Given a launcher (``hydra/launcher=slurm|ray_cluster|parallel|...`` among the overrides), the simulator presets run
+instead as one Hydra multirun through it: each preset a job on the cluster, and within a job the studies that
+search many candidates send their probes through the same launcher (``study.params.parallel=auto``). The results
+are the same as a local run's (``docs/launchers.md``); the real-process presets still run here.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import subprocess
 import sys
 import time
@@ -28,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from vocab.result_files import REPORT_FILE
+from harness.probe_pool import usable_cpus
+from vocab.result_files import REPORT_FILE, SWEEP_TABLE_FILE
 
 log = logging.getLogger("harness.reproduce")
 
@@ -98,17 +103,15 @@ def chosen_experiments(only: str, full: bool) -> list[Experiment]:
     return [e for e in EXPERIMENTS if e.name in names]
 
 
+LAUNCHER_GROUP = "hydra/launcher"
+SWEEP_FOLDER = "reproduce"  # under --results-dir: the sweeps of runs given a launcher
 LOGS_DIR = "reproduce_logs"  # under --results-dir: the console output of presets run side by side
 MAX_DEFAULT_JOBS = 4
 
 
 def default_jobs() -> int:
     """The CPUs this process may use (its affinity where the OS says), at most ``MAX_DEFAULT_JOBS``."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(MAX_DEFAULT_JOBS, cpus))
+    return min(MAX_DEFAULT_JOBS, usable_cpus())
 
 
 def run_one(experiment: Experiment, results_dir: str, overrides: Sequence[str],
@@ -164,6 +167,49 @@ def run_side_by_side(experiments: Sequence[Experiment], jobs: int, results_dir: 
     return [e.name for e in experiments if e.name in failed]
 
 
+def launcher_choice(overrides: Sequence[str]) -> str:
+    """The ``hydra/launcher=<name>`` among ``overrides`` ("" when none, or Hydra's ``basic``)."""
+    names = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith(LAUNCHER_GROUP + "=")]
+    return "" if not names or names[-1] == "basic" else names[-1]
+
+
+def local_overrides(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` without the launcher's (``hydra/launcher=...``, ``hydra.launcher.*``): what a preset that runs
+    on this host gets."""
+    return [o for o in overrides if not o.lstrip("+~").startswith((LAUNCHER_GROUP + "=", "hydra.launcher."))]
+
+
+def run_on_launcher(experiments: Sequence[Experiment], launcher: str, results_dir: str,
+                    overrides: Sequence[str]) -> list[str]:
+    """``experiments`` as one Hydra multirun (``--multirun experiment=a,b,...``) through ``launcher``, which spreads
+    them over its workers or nodes (and, under it, the probe pools of the studies that have one:
+    ``study.params.parallel=auto``). The sweep folder is new each time (``<results-dir>/reproduce/<time>``): a
+    reproduction never resumes an old one. Returns the names of those that did not end ``ok``."""
+    sweep_dir = Path(results_dir) / SWEEP_FOLDER / time.strftime("%Y-%m-%d_%H-%M-%S")
+    names = [e.name for e in sorted(experiments, key=lambda e: -e.minutes)]  # the longest submitted first
+    log.info("simulator presets: %s as one sweep on hydra/launcher=%s (jobs in %s)", ", ".join(names), launcher,
+             sweep_dir)
+    cmd = [sys.executable, "-m", "harness", "--multirun", f"experiment={','.join(names)}",
+           f"results_dir={results_dir}", f"hydra.sweep.dir={sweep_dir}", QUIET, *overrides]
+    code = subprocess.run(cmd, check=False).returncode
+    status = sweep_status(sweep_dir)
+    failed = [n for n in names if status.get(n) != "ok"]
+    if code and not failed:  # the sweep itself failed (it names why above)
+        failed = list(names)
+    return [e.name for e in experiments if e.name in failed]
+
+
+def sweep_status(sweep_dir: Path) -> dict[str, str]:
+    """Each experiment's status in ``sweep_dir/sweep.csv`` (empty when the sweep wrote none)."""
+    import csv
+
+    table = sweep_dir / SWEEP_TABLE_FILE
+    if not table.is_file():
+        return {}
+    with table.open(encoding="utf-8", newline="") as f:
+        return {row.get("experiment", ""): row.get("status", "") for row in csv.DictReader(f)}
+
+
 def main(argv: list[str] | None = None) -> int:
     names = [e.name for e in EXPERIMENTS]
     parser = argparse.ArgumentParser(prog="python -m harness.reproduce", description=__doc__.splitlines()[0])
@@ -187,12 +233,17 @@ def main(argv: list[str] | None = None) -> int:
     log.info("running %d experiments (about %.0f minutes on 2 cores one at a time)", len(chosen), total_minutes)
     numbering = {e.name: i + 1 for i, e in enumerate(chosen)}
     simulated = [e for e in chosen if not e.real]
+    launcher = launcher_choice(args.overrides)
     start = time.perf_counter()
-    failed = run_side_by_side(simulated, args.jobs, args.results_dir, args.overrides, numbering, len(chosen))
-    if simulated:
-        log.info("simulator presets: %.0f s (%d at a time)", time.perf_counter() - start, args.jobs)
-    failed += run_side_by_side([e for e in chosen if e.real], 1, args.results_dir, args.overrides, numbering,
-                               len(chosen))  # one at a time, alone
+    if launcher and simulated:
+        failed = run_on_launcher(simulated, launcher, args.results_dir, args.overrides)
+        log.info("simulator presets: %.0f s (one sweep on hydra/launcher=%s)", time.perf_counter() - start, launcher)
+    else:
+        failed = run_side_by_side(simulated, args.jobs, args.results_dir, args.overrides, numbering, len(chosen))
+        if simulated:
+            log.info("simulator presets: %.0f s (%d at a time)", time.perf_counter() - start, args.jobs)
+    failed += run_side_by_side([e for e in chosen if e.real], 1, args.results_dir, local_overrides(args.overrides),
+                               numbering, len(chosen))  # one at a time, alone, on this host
     report = subprocess.run([sys.executable, "-m", "figures.report", "--results-dir", args.results_dir], check=False)
     if report.returncode:
         failed.append("figures.report")

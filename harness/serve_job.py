@@ -25,7 +25,7 @@ from harness.config import Config
 from harness.engines import open_deployment
 from harness.host_load import HostLoadMonitor
 from harness.host_saturation import MeasuredSaturation, measure_saturation, saturation_requests, sized_points
-from harness.jobs import JobResult
+from harness.jobs import JobResult, Laps
 from harness.metrics import RecordColumns, extract_columns, request_frame, summarize
 from harness.prompts import fit_to_context, predicted_prefix_hit_rate
 from harness.results import RunFolder, columns_frame, records_frame
@@ -186,6 +186,12 @@ class _ServedPoints:
     workload_stats: dict[str, Any] = field(default_factory=dict)
     last_columns: RecordColumns | None = None
     saturation: MeasuredSaturation | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # PHASES: wall seconds of each part of the job
+
+
+# where a serving job's wall time goes (summary.json and the compare table): bringing the deployment up, measuring
+# its capacity (sweep.saturation_fractions), serving the measured points, taking it down
+PHASES = ("startup_wall_s", "capacity_probe_wall_s", "points_wall_s", "shutdown_wall_s")
 
 
 def _serve_points(cfg: Config, folder: RunFolder, deployment_factory: Callable[[Any, RunFolder], Deployment],
@@ -194,12 +200,15 @@ def _serve_points(cfg: Config, folder: RunFolder, deployment_factory: Callable[[
     Nothing of the deployment outlives this call but what ``served`` receives."""
     done = _ServedPoints()
     points = plan.points
+    lap = Laps()
     with deployment_factory(cfg, folder) as deployment:
         try:
+            done.phases["startup_wall_s"] = lap()
             if plan.saturation_requests is not None:
                 done.saturation = measure_saturation(deployment, plan.saturation_requests, cfg, folder)
                 points = sized_points(cfg, plan.workload, done.saturation)
                 deployment.check_health()
+            done.phases["capacity_probe_wall_s"] = lap()
             for index, (rate, built) in enumerate(points):
                 point = serve_point(cfg, deployment, folder, index, len(points), rate, built,
                                     done.saturation.saturation_rps if done.saturation else None,
@@ -214,8 +223,12 @@ def _serve_points(cfg: Config, folder: RunFolder, deployment_factory: Callable[[
                                                                     "predicted_prefix_hit_rate") if k in point.row}}
                 done.last_columns = point.columns
                 deployment.check_health()
+            done.phases["points_wall_s"] = lap()
         finally:
             files.write(done.rows)  # what was measured, even when a component died mid-run
+    done.phases["shutdown_wall_s"] = lap()
+    log.info("wall time: %s", ", ".join(f"{k.removesuffix('_wall_s').replace('_', ' ')} {v:.1f} s"
+                                        for k, v in done.phases.items()))
     return done
 
 
@@ -242,5 +255,6 @@ def run_serve(cfg: Config, folder: RunFolder,
         tables = {"points": pd.DataFrame(rows)} if published else {}
     if done.saturation is not None:
         metrics_out = {**metrics_out, **done.saturation.as_row()}
+    metrics_out = {**metrics_out, **done.phases}
     return JobResult(metrics=metrics_out, validity=validity_out, workload=done.workload_stats,
                      files={"requests": REQUESTS_FILE, "points": POINTS_FILE}, tables=tables)

@@ -50,7 +50,7 @@ from harness.calibrate.cells import (
 )
 from harness.config import Config
 from harness.engines import open_deployment
-from harness.jobs import JobResult
+from harness.jobs import JobResult, Laps
 from harness.results import RunFolder, atomic_write_text
 from harness.studies.variants import compose_variant, job_overrides
 from systems.contract import Deployment
@@ -287,11 +287,16 @@ def run_calibrate(cfg: Config, folder: RunFolder,
 
     check_can_calibrate(cfg)
     ids = FreshIds()
+    lap, phases = Laps(), {}
     with deployment_factory(cfg, folder) as deployment:
+        phases["startup_wall_s"] = lap()
         cores = ",".join(str(s.spec.cpu_omp_threads_bind) for s in deployment.servers)
         samples = profile_engine(deployment, cfg, ids)
+        phases["profile_wall_s"] = lap()
+    phases["shutdown_wall_s"] = lap()
     if cfg.calibrate.kv_transfer:
         samples += profile_transfer(cfg, folder, ids, deployment_factory)
+        phases["kv_transfer_wall_s"] = lap()  # its own deployment: up, measured, down
     folder.write_table(CALIBRATION_SAMPLES_FILE, pd.DataFrame(samples))  # kept even if the fit fails
     profile = build_profile(cfg, samples, cores)
     path = atomic_write_text(folder.file(PROFILE_FILE), json.dumps(profile, indent=1, allow_nan=True) + "\n")
@@ -310,7 +315,7 @@ def run_calibrate(cfg: Config, folder: RunFolder,
         "decode_coefficients_ms": profile["decode"]["coefficients_ms"], "decode_rel_rmse": profile["decode"]["rel_rmse"],
         "router_hop_ms": profile["provenance"]["router_hop_ms"], "n_samples": len(samples),
         "request_overhead_ms": profile["request_overhead_ms"],
-        "cpu_model": profile["provenance"]["cpu_model"]}
+        "cpu_model": profile["provenance"]["cpu_model"], **phases}
     if profile["kv_transfer"]:
         metrics.update(kv_transfer_latency_s=profile["kv_transfer"]["latency_s"],
                        kv_transfer_bandwidth_bytes_per_s=profile["kv_transfer"]["bandwidth_bytes_per_s"],

@@ -28,7 +28,7 @@ from harness.config import Config
 from harness.engines import open_deployment
 from harness.jobs import JobResult
 from harness.results import RunFolder
-from harness.serve_job import plan_serve, run_serve
+from harness.serve_job import PHASES, plan_serve, run_serve
 from harness.studies.variants import compose_variant, describe_variant, job_overrides
 from harness.validity import block_reasons, combine_validity
 from systems.contract import Deployment
@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 
 _KEPT = ("mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
          "p90_tpot_ms", "p99_tpot_ms", "goodput_rps", "slo_attainment", "request_throughput_rps",
-         "output_throughput_tps", "n_issued", "n_ok", "n_failed", "n_rejected", "offered_rate_rps", "valid")
+         "output_throughput_tps", "n_issued", "n_ok", "n_failed", "n_rejected", "offered_rate_rps", "valid",
+         *PHASES)
 # engine-side numbers (the summary's ``engine_*`` columns) the comparison keeps, without the prefix
 _ENGINE_KEPT = ("local_hit_rate", "pool_hit_rate", "prefill_compute_saved", "prefill_prompt_tokens",
                 "prefill_computed_tokens", "kv_load_fallbacks", "router_to_mixed", "router_rejected",

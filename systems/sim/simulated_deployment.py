@@ -32,6 +32,7 @@ from systems.sim.perf.fitted import PROFILE_LINK, profile_link
 from systems.sim.perf.profile_file import PerfProfile, check_profile_matches, host_cpu_model, load_profile
 from systems.sim.perf.registry import build_perf_model
 from systems.sim.simulation import ROLES, Simulation
+from systems.sim.stop_rule import StopRule
 from systems.topology import canonical_router, topology_of
 from vocab.errors import ConfigError
 from vocab.records import RequestSpec
@@ -223,10 +224,12 @@ class SimulatedDeployment:
         setup = build_setup(self.cfg, self.plans, self.perf, seed=self.cfg.seed, profile=self.profile)
         return dataclasses.replace(setup, **changes) if changes else setup
 
-    def run(self, specs: Sequence[RequestSpec], progress: bool = False, **changes: Any) -> tuple[DeploymentSetup, SimRun]:
-        """Simulate ``specs`` on an empty cluster; returns the set-up used and the run."""
+    def run(self, specs: Sequence[RequestSpec], progress: bool = False, stop: Optional[StopRule] = None,
+            **changes: Any) -> tuple[DeploymentSetup, SimRun]:
+        """Simulate ``specs`` on an empty cluster (until ``stop`` ends the run: :mod:`systems.sim.stop_rule`);
+        returns the set-up used and the run."""
         setup = self.setup(**changes)
-        return setup, Simulation(setup).run(specs, progress=progress)
+        return setup, Simulation(setup).run(specs, progress=progress, stop=stop)
 
     def describe(self) -> dict[str, Any]:
         return {"engine": "sim", "perf_model": self.cfg.engine.perf_model,

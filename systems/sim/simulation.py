@@ -72,6 +72,7 @@ from systems.sim.keys import request_keys
 from systems.sim.links import FifoLink
 from systems.sim.load_index import BatchBuckets, BlockHolders, HeldBlockLRU, SortedPool, iter_bits, run_levels
 from systems.sim.request import SimRequest
+from systems.sim.stop_rule import StopRule
 from systems.topology import ROLES
 from vocab.records import RequestSpec, RequestStatus
 
@@ -279,8 +280,9 @@ class Simulation(InstanceHooks):
             del self._holders[key]
 
     # -- the run ----------------------------------------------------------------------------------
-    def run(self, specs: Sequence[RequestSpec], progress: bool = False) -> SimRun:
-        """Simulate ``specs`` (arrivals at ``spec.arrival_s``) to completion."""
+    def run(self, specs: Sequence[RequestSpec], progress: bool = False, stop: Optional[StopRule] = None) -> SimRun:
+        """Simulate ``specs`` (arrivals at ``spec.arrival_s``) to completion, or until ``stop`` says the rest
+        can be skipped (:mod:`systems.sim.stop_rule`)."""
         block_sizes = {s.block_size for s in specs}
         self._size_caches(max(block_sizes) if block_sizes else 512)
         self.requests = [SimRequest(s, ()) for s in specs]
@@ -309,10 +311,21 @@ class Simulation(InstanceHooks):
             if bar is not None:
                 bar.update(self._done - bar.n)
 
-        self.loop.run(on_progress=on_progress if bar is not None else None)
+        if stop is None:
+            self.loop.run(on_progress=on_progress if bar is not None else None)
+            stopped, stopped_at = "", self.loop.now
+        else:
+            stopped, stopped_at = self._run_checked(stop, on_progress if bar is not None else None)
         if bar is not None:
             bar.update(self._done - bar.n)
             bar.close()
+        if stopped:
+            for req in self.requests:
+                if req.status == RequestStatus.UNFINISHED:
+                    req.error = f"simulation stopped early at {stopped_at:.6g} s: {stopped}"
+            info = self._info()
+            info["stopped_early"], info["stopped_at_s"] = stopped, stopped_at
+            return SimRun(self.requests, self.samples, info)
         stuck = len(self.requests) - self._done
         if stuck:
             log.warning("%d requests never finished: no event was left to move them (see status 'unfinished')", stuck)
@@ -320,6 +333,24 @@ class Simulation(InstanceHooks):
                 if req.status == RequestStatus.UNFINISHED and not req.error:
                     req.error = "still queued when the simulation ran out of events"
         return SimRun(self.requests, self.samples, self._info())
+
+    def _run_checked(self, stop: StopRule, on_progress: Optional[Callable[[float], None]]) -> tuple[str, float]:
+        """Run the events ``stop.interval_s`` simulated seconds at a time (the same events in the same order as
+        one run), asking ``stop`` after each stretch; its reason and the instant when it stopped the run, else
+        ``("", end)``."""
+        interval = float(stop.interval_s)
+        if not (math.isfinite(interval) and interval > 0):
+            raise ValueError(f"stop rule: interval_s must be a finite time > 0, got {interval!r}")
+        k = 1
+        while len(self.loop):
+            until = k * interval
+            self.loop.run(until=until, on_progress=on_progress)
+            if self._done < len(self.requests):
+                reason = stop(until, self.requests)
+                if reason:
+                    return reason, until
+            k += 1
+        return "", self.loop.now
 
     @property
     def samples(self) -> list[dict[str, Any]]:

@@ -43,3 +43,28 @@ def test_a_side_takes_its_environment_as_key_value_pairs_and_refuses_anything_el
     assert side.env == (("DISAGG_SIM_NATIVE", "0"), ("A", "b=c"))
     with pytest.raises(SystemExit, match="expected KEY=VALUE, got 'DISAGG_SIM_NATIVE'"):
         Checkout.at(str(tmp_path), ["DISAGG_SIM_NATIVE"])
+
+
+def test_two_runs_of_one_experiment_are_both_compared_in_time_order(tmp_path: Path) -> None:
+    for side, stamps in (("a", ("2026-12-04_10-00-00", "2026-12-04_10-05-00")),
+                         ("b", ("2026-12-05_09-00-00", "2026-12-05_09-01-00"))):
+        for stamp, text in zip(stamps, ("x\n1\n", "x\n2\n"), strict=True):
+            _write(tmp_path / side, stamp, "study.csv", text)
+    a, b = fingerprints(tmp_path / "a"), fingerprints(tmp_path / "b")
+    assert list(a) == ["distserve_placement/study.csv", "distserve_placement/study.csv #2"] and a == b
+
+
+def test_reproduce_full_reads_each_presets_time_from_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import benchmarks.compare_checkouts as cc
+
+    def fake_run(checkout, args, log):
+        assert args[:3] == ["-m", "harness.reproduce", "--full"] and args[4] == "a,b"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("running 2 experiments\n      b done in 300 s\n      a FAILED (exit 1) in 3 s\n"
+                       "      a done in 12 s\n", encoding="utf-8")
+        return Timing(320.0, 600.0), ""
+
+    monkeypatch.setattr(cc, "simulator_presets_of", lambda checkout: ["a", "b"])
+    monkeypatch.setattr(cc, "run_timed", fake_run)
+    timing = cc.task_reproduce_full(None, tmp_path)  # type: ignore[arg-type]
+    assert timing.wall_s == 320.0 and timing.detail == {"b": 300.0, "a": 12.0}

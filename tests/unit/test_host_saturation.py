@@ -5,13 +5,14 @@ workload is built once."""
 from __future__ import annotations
 
 import math
+import time
 
 import pandas as pd
 import pytest
 
 from harness.host_saturation import point_request_count, saturation_requests, steady_completion_rate
 from harness.results import RunFolder
-from harness.serve_job import plan_serve, run_serve
+from harness.serve_job import PHASES, plan_serve, run_serve
 from systems.contract import EngineResult
 from vocab.errors import ConfigError
 from vocab.records import RequestRecord, RequestStatus
@@ -147,3 +148,35 @@ def test_a_serving_job_builds_each_workload_once(compose, tmp_path, monkeypatch,
     run_serve(cfg, RunFolder(tmp_path), lambda c, f: deployment)
     assert len(typed) == 1 and len(calls) == built
     assert len(deployment.schedules) == built  # every request built was served
+
+
+class SlowPhases(QueueingDeployment):
+    """The scripted deployment with a start-up, a shut-down and a time per point of known length."""
+
+    def __init__(self) -> None:
+        super().__init__(slots=4)
+
+    def __enter__(self):
+        time.sleep(0.3)
+        return self
+
+    def __exit__(self, *exc):
+        time.sleep(0.2)
+        return False
+
+    def run_point(self, requests, folder) -> EngineResult:
+        time.sleep(0.1)
+        return super().run_point(requests, folder)
+
+
+def test_the_job_reports_where_its_wall_time_went(compose, tmp_path) -> None:
+    cfg = compose([*WORKLOAD, "sweep.saturation_fractions=[0.5,0.8]", "sweep.saturation_concurrency=4",
+                   "sweep.saturation_requests=40", "sweep.point_duration_s=5", "sweep.min_point_requests=10",
+                   "sweep.max_point_requests=100"])
+    start = time.perf_counter()
+    result = run_serve(cfg, RunFolder(tmp_path), lambda c, f: SlowPhases())
+    total = time.perf_counter() - start
+    phases = {k: result.metrics[k] for k in PHASES}
+    assert phases["startup_wall_s"] >= 0.3 and phases["shutdown_wall_s"] >= 0.2
+    assert phases["capacity_probe_wall_s"] >= 0.1 and phases["points_wall_s"] >= 0.2  # one closed loop, two points
+    assert sum(phases.values()) <= total

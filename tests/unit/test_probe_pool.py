@@ -105,13 +105,18 @@ def test_submitit_local_jobs_write_under_the_job_folder(tmp_path, monkeypatch):
 
 # -- choosing ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("name", "multirun", "backend"), [
-    ("", False, "none"), ("BasicLauncher", False, "none"), ("JoblibLauncher", False, "joblib"),
-    ("JoblibLauncher", True, "none"), ("RayLauncher", True, "ray"), ("SlurmLauncher", False, "slurm"),
-    ("LocalLauncher", False, "submitit_local"),
+    ("", False, "none"), ("BasicLauncher", False, "joblib"), ("BasicLauncher", True, "joblib"),
+    ("JoblibLauncher", False, "joblib"), ("JoblibLauncher", True, "none"), ("RayLauncher", True, "ray"),
+    ("SlurmLauncher", False, "slurm"), ("LocalLauncher", False, "submitit_local"),
 ])
 def test_auto_follows_the_launcher(name, multirun, backend):
-    assert choose_backend("auto", Launcher(name, {}, multirun)) == backend
-    assert choose_backend("none", Launcher(name, {}, multirun)) == "none"  # an explicit setting wins
+    assert choose_backend("auto", Launcher(name, {}, multirun), cpus=2) == backend
+    assert choose_backend("none", Launcher(name, {}, multirun), cpus=2) == "none"  # an explicit setting wins
+
+
+def test_auto_under_the_basic_launcher_stays_in_process_on_one_cpu():
+    assert choose_backend("auto", Launcher("BasicLauncher", {}, False), cpus=1) == "none"
+    assert choose_backend("auto", Launcher("BasicLauncher", {}, False), cpus=16) == "joblib"
 
 
 @pytest.mark.parametrize(("mode", "workers", "key"), [

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -101,3 +102,37 @@ class _InlinePool:
         future: Future = Future()
         future.set_result(fn(*args, **kwargs))
         return future
+
+
+def test_a_launcher_among_the_overrides_is_found_and_kept_from_the_local_presets() -> None:
+    assert reproduce.launcher_choice(["seed=1"]) == ""
+    assert reproduce.launcher_choice(["hydra/launcher=basic"]) == ""
+    assert reproduce.launcher_choice(["hydra/launcher=slurm", "hydra.launcher.partition=cpu"]) == "slurm"
+    assert reproduce.local_overrides(["hydra/launcher=ray_cluster", "hydra.launcher.ray.remote.num_cpus=2",
+                                      "seed=1"]) == ["seed=1"]
+
+
+def test_presets_on_a_launcher_are_one_sweep_and_its_failures_are_named(monkeypatch, tmp_path) -> None:
+    experiments = (Experiment("a", "a", 0.1), Experiment("b", "b", 3.0))
+    calls = []
+
+    def fake_run(cmd, check):
+        calls.append(cmd)
+        sweep_dir = Path(next(a for a in cmd if a.startswith("hydra.sweep.dir=")).split("=", 1)[1])
+        sweep_dir.mkdir(parents=True)
+        (sweep_dir / "sweep.csv").write_text("folder,status,experiment\nexperiment=b,ok,b\nexperiment=a,failed,a\n")
+        return SimpleNamespace(returncode=1)
+
+    monkeypatch.setattr(reproduce.subprocess, "run", fake_run)
+    failed = reproduce.run_on_launcher(experiments, "ray_cluster", str(tmp_path), ["hydra/launcher=ray_cluster"])
+    assert failed == ["a"]
+    (cmd,) = calls
+    assert cmd[cmd.index("--multirun") + 1] == "experiment=b,a"  # longest first
+    assert "hydra/launcher=ray_cluster" in cmd and f"results_dir={tmp_path}" in cmd
+    assert next(a for a in cmd if a.startswith("hydra.sweep.dir=")).startswith(f"hydra.sweep.dir={tmp_path}/reproduce/")
+
+
+def test_a_sweep_that_wrote_no_table_fails_every_preset(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(reproduce.subprocess, "run", lambda cmd, check: SimpleNamespace(returncode=2))
+    experiments = (Experiment("a", "a", 0.1), Experiment("b", "b", 3.0))
+    assert reproduce.run_on_launcher(experiments, "slurm", str(tmp_path), []) == ["a", "b"]

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from systems.config import ModelConfig
 from systems.engine_config import SimEngineConfig
 from systems.hardware_catalog import CONF_DIR, load_hardware
-from systems.sim.perf.base import InstanceShape
+from systems.sim.perf.base import InstanceShape, PerfModel
 from systems.sim.perf.distserve_fit import DistServeFitModel
 from systems.sim.perf.peer_timing import (
     PeerTimedModel,
@@ -147,3 +147,18 @@ def test_the_option_reaches_the_simulator_through_the_config():
         ttft_s = (t.first_token_s - t.arrival_s) - (b.first_token_s - b.arrival_s)
         assert ttft_s == pytest.approx((2 + 1e-4 * b.input_length) / 1e3, abs=1e-9)
         assert t.finish_s > b.finish_s
+
+
+@pytest.mark.parametrize("n", [1, 2, 17, 48, 49, 300])
+def test_splitwise_sim_segments_are_the_generic_paths_floats(n):
+    """The token table's stretch (one step looked up, summed left to right) gives exactly the floats of the
+    base class's path (the table evaluated over the stretch as an array and summed by NumPy)."""
+    peer = splitwise(token_phase_timing="splitwise_sim")
+    for batch in (1, 7, 64, 300):
+        fast = peer.decode_segment_ends(batch, 5000, n, 123.456)
+        generic = PerfModel.decode_segment_ends(peer, batch, 5000, n, 123.456)
+        assert len(fast) == n
+        assert [float(x) for x in fast] == [float(x) for x in generic], (batch, n)
+    both = splitwise(token_phase_timing="splitwise_sim", iteration_overhead="simdistserve")
+    assert [float(x) for x in both.decode_segment_ends(8, 5000, n, 1.0)] == \
+        [float(x) for x in PerfModel.decode_segment_ends(both, 8, 5000, n, 1.0)]

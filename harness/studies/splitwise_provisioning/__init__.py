@@ -70,18 +70,25 @@ offered Poisson rate (req/s) the SLO holds at; ``throughput_per_usd_hr`` is req/
 The package: :mod:`.params` (``study.params``, checked), :mod:`.machines` (what a budget buys: machine
 prices and power, designs, candidate splits), :mod:`.slowdown` (the SLO: slowdowns against an
 uncontended run, timed by the same performance model and options as the cluster), :mod:`.search` (the rate
-searches of every candidate, pruning) and :mod:`.study` (planning, choosing, writing the tables).
+searches of every candidate, pruning), :mod:`.early_stop` (a failed probe stopped once decided) and :mod:`.study`
+(planning, choosing, writing the tables).
 
 ``study.params`` (defaults in ``params.DEFAULT_PARAMS``): ``traces`` (workload group names), ``budgets``
 (``cost``/``power``), ``budget_machines``, ``budget_hardware``, ``gpus_per_machine``, ``machine_power_w``,
 ``max_splits``, ``bisect_steps``, ``max_expand``, ``initial_rate_per_machine_rps``, ``prune_dominated``,
 ``refine_growth``, ``rate_rel_tol``, ``criterion``, ``reference_hardware``, ``reference_tp``, ``quantiles``,
-``slowdown_bounds``, ``reference_design``, ``scenarios``, ``parallel`` and ``parallel_workers``.
+``slowdown_bounds``, ``reference_design``, ``scenarios``, ``parallel``, ``parallel_workers`` and ``early_stop``.
+
+**Early stop** (``early_stop``, default true, criterion ``splitwise_slowdown``): a probe's simulation stops as
+soon as its TTFT or E2E slowdowns have provably broken a bound (enough requests already past their deadline
+without a first token or a finish: :mod:`.early_stop`); its verdict is the whole run's, so every search, layout
+and rate is unchanged. Its ``probes.csv`` row says why and when (``stopped_early``, ``stopped_at_s``) and leaves the
+percentiles of the partial run empty.
 
 **Parallel searches** (``parallel``: ``auto``, ``none``, ``joblib``, ``ray``, ``slurm``, ``submitit_local``;
 ``parallel_workers``: null or a cap): each design on each trace (every split of every budget, in every
 scenario) is one task of a probe pool (:mod:`harness.probe_pool`); ``auto`` follows the configured Hydra
-launcher (joblib processes, Ray tasks, submitit jobs; in-process under the basic launcher). The chosen
+launcher (joblib processes, Ray tasks, submitit jobs; under the basic launcher joblib on this host's CPUs). The chosen
 splits' records are simulated the same way. Results are merged in the in-process order: the tables are the
 same wherever the tasks ran, wall-time columns aside (``docs/parallel_probes.md``).
 """

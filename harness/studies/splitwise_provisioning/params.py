@@ -41,6 +41,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "scenarios": {},
     "parallel": "auto",
     "parallel_workers": None,
+    "early_stop": True,
 }
 SCENARIO_KEYS = ("overrides", "traces", "budgets", "designs")
 
@@ -67,6 +68,12 @@ def _names(value: Any, key: str) -> Optional[tuple[str, ...]]:
     if isinstance(value, str) or not isinstance(value, Sequence):
         raise ConfigError(f"study.params.{key}: expected a list of names, got {value!r}")
     return tuple(str(v) for v in value)
+
+
+def _flag(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"study.params.{key}: expected true or false, got {value!r}")
+    return value
 
 
 def parse_scenarios(raw: Any) -> tuple[Scenario, ...]:
@@ -119,6 +126,7 @@ class ProvisioningParams:
     scenarios: tuple[Scenario, ...] = ()
     parallel: str = "auto"  # where the design x trace searches run (harness.probe_pool.MODES)
     parallel_workers: Optional[int] = None
+    early_stop: bool = True  # stop a probe once it has provably failed the Splitwise SLO (early_stop.py)
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any]) -> ProvisioningParams:
@@ -141,7 +149,7 @@ class ProvisioningParams:
                   reference_tp=int(p["reference_tp"]), quantiles=tuple(float(q) for q in p["quantiles"]),
                   slowdown_bounds=bounds, reference_design=str(p["reference_design"]),
                   scenarios=parse_scenarios(p["scenarios"]), parallel=p["parallel"],
-                  parallel_workers=p["parallel_workers"])
+                  parallel_workers=p["parallel_workers"], early_stop=_flag(p["early_stop"], "early_stop"))
         out.check()
         return out
 

@@ -27,6 +27,7 @@ from harness.capacity import RateSearch, search_max_rate
 from harness.config import Config
 from harness.metrics import request_frame
 from harness.studies.simulate import load_requests, point_workload, simulate
+from harness.studies.splitwise_provisioning.early_stop import SlowdownStop
 from harness.studies.splitwise_provisioning.machines import (
     Candidate,
     Design,
@@ -45,6 +46,7 @@ from vocab.records import RequestRecord
 from workloads.base import WorkloadRequests
 
 log = logging.getLogger(__name__)
+NOT_AT_MAX = ("rate_rps", "passes", "stopped_early", "stopped_at_s")  # probe columns study.csv does not repeat
 
 
 def unit_rate_requests(cfg: Config, max_requests: Optional[int]) -> WorkloadRequests:
@@ -109,12 +111,19 @@ class ProvisioningRun:
         self._done: dict[tuple[Any, ...], Searched] = {}
 
     def evaluate(self, deployment: SimulatedDeployment, plan: TracePlan, rate: float) -> tuple[bool, Probe]:
-        """Simulate ``rate`` and judge it by the criterion."""
-        point = simulate(deployment, at_rate(plan.requests, rate))
+        """Simulate ``rate`` and judge it by the criterion (with ``early_stop``, a probe of the Splitwise SLO
+        stops once it has provably failed: :mod:`.early_stop`)."""
+        requests = at_rate(plan.requests, rate)
+        stop = (SlowdownStop(requests, plan.reference, self.params)
+                if self.params.early_stop and self.params.criterion == "splitwise_slowdown" else None)
+        point = simulate(deployment, requests, stop=stop)
         self.n_simulations += 1
         self.sim_wall_s += point.wall_s
+        if point.info.get("stopped_early"):  # failed, decided part-way: the partial run's metrics describe nothing
+            return False, Probe({"rate_rps": rate, "passes": False, "stopped_early": point.info["stopped_early"],
+                                 "stopped_at_s": point.info["stopped_at_s"], "sim_wall_s": point.wall_s})
         m = point.metrics
-        slow = slowdown_percentiles(request_frame(point.records), plan.reference, self.params.quantiles)
+        slow = slowdown_percentiles(request_frame(point.columns or point.records), plan.reference, self.params.quantiles)
         if self.params.criterion == "splitwise_slowdown":
             ok = meets_slowdowns(slow, self.params)
         else:
@@ -127,7 +136,7 @@ class ProvisioningRun:
                **{f"sim_{k}": v for k, v in info.items() if k.startswith("utilization")},
                **{f"sim_n_{k}": info.get(f"n_{k}", 0) for k in ("mixed_prompts", "mixed_decodes",
                                                                 "lent_token_machines", "lent_prompt_machines")},
-               "sim_wall_s": point.wall_s}
+               "sim_wall_s": point.wall_s, "stopped_early": "", "stopped_at_s": math.nan}
         return ok, Probe(row)
 
     def _search(self, deployment: SimulatedDeployment, plan: TracePlan, guess: float, best: float) -> Searched:
@@ -202,7 +211,7 @@ class ProvisioningRun:
             "pruned": pruned, "throughput_per_usd_hr": rate / cost, "throughput_per_kw": rate / power,
             "n_probes": len(result.probes), "reused": reused, "criterion": self.params.criterion,
             "max_requests": n_requests,
-            **{f"at_max_{k}": v for k, v in (best.row if best else {}).items() if k not in ("rate_rps", "passes")},
+            **{f"at_max_{k}": v for k, v in (best.row if best else {}).items() if k not in NOT_AT_MAX},
             "overrides": " ".join([f"workload={ident['trace']}", *design.overrides, *cand.overrides()]),
         })
         log.info("%s %s %s %s %s: %s (%.4g $/hr, %.4g kW, %d probes%s)", ident["scenario"], ident["trace"], kind,

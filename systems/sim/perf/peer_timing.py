@@ -41,7 +41,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from systems.sim.perf.base import ArrayLike, PerfModel, ShapedPerfModel
+from systems.sim.perf.base import SCALAR_SEGMENT_MAX, ArrayLike, PerfModel, ShapedPerfModel
 from systems.sim.perf.profiles import SPLITWISE_CSV, find_profile
 from systems.sim.perf.splitwise_profile import HARDWARE_NAMES, MODEL_NAMES, ProfileRow, load_rows
 
@@ -98,6 +98,16 @@ class PeerTimedModel(PerfModel):
         self.overhead = overhead
         self.token_table = token_table
         self.name = inner.name
+        self._token_steps: dict[float, float] = {}  # batch size -> splitwise-sim's step (s), looked up once
+
+    def _token_step_s(self, batch_size: float) -> float:
+        """splitwise-sim's decode step for ``batch_size`` (the token table's value, floored at 0, in s)."""
+        step = self._token_steps.get(batch_size)
+        if step is None:
+            assert self.token_table is not None
+            step = max(float(interp_extrapolate(float(batch_size), *self.token_table)), 0.0) / 1e3
+            self._token_steps[batch_size] = step
+        return step
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -113,7 +123,24 @@ class PeerTimedModel(PerfModel):
         if isinstance(batch_size, np.ndarray) or isinstance(sum_context, np.ndarray):
             bs, _ = np.broadcast_arrays(np.asarray(batch_size, dtype=float), np.asarray(sum_context, dtype=float))
             return np.maximum(interp_extrapolate(np.array(bs), *self.token_table), 0.0) / 1e3
-        return max(float(interp_extrapolate(float(batch_size), *self.token_table)), 0.0) / 1e3
+        return self._token_step_s(float(batch_size))
+
+    def decode_segment_ends(self, batch_size: int, context: int, n: int, now: float) -> list[float] | np.ndarray:
+        """With the token table alone, every step of a stretch takes the same time (the context plays no part):
+        the step is looked up once and summed left to right, as the base class's array path sums the array of
+        equal steps (the same floats, without evaluating the table per step)."""
+        if self.token_table is None or self.overhead:
+            return super().decode_segment_ends(batch_size, context, n, now)
+        step = self._token_step_s(float(batch_size))
+        if n > SCALAR_SEGMENT_MAX:
+            sums = np.full(n, step).cumsum()
+            sums += now
+            return sums
+        ends, total = [], 0.0
+        for _ in range(n):
+            total += step
+            ends.append(now + total)
+        return ends
 
     def prefill_time_s(self, sum_tokens: float, sum_sq_tokens: float, n_seqs: int = 1) -> float:
         t = self.inner.prefill_time_s(sum_tokens, sum_sq_tokens, n_seqs)
