@@ -3,7 +3,7 @@
 
 ``python -m benchmarks.probe_pool_bench [--experiment splitwise_provisioning] [--repeats 3]``
 
-Runs ``python -m harness experiment=<name> +study.params.parallel=none`` and ``experiment=<name>`` in turns (the
+Runs ``python -m harness experiment=<name> study.params.parallel=none`` and ``experiment=<name>`` in turns (the
 order flipped from one repeat to the next, so a drift of the machine's speed falls on both), each a whole process
 into its own results folder, and prints the median wall seconds of each, the ratio in-process / pooled (above 1:
 the pool is faster), and whether the two runs' tables are identical (``study.csv``, ``sensitivity.csv`` and
@@ -24,7 +24,7 @@ from pathlib import Path
 from benchmarks.compare_checkouts import fingerprints
 
 REPO = Path(__file__).resolve().parents[1]
-MODES = {"in-process": ["+study.params.parallel=none"], "every CPU": []}
+MODES = {"in-process": ["study.params.parallel=none"], "every CPU": []}
 
 
 def run(experiment: str, extra: list[str], out: Path) -> float:

@@ -6,9 +6,10 @@ says how the backend is chosen.
 
 The backend is ``study.params.parallel``: ``none`` (in-process, the default outside Hydra), ``joblib``,
 ``ray``, ``slurm``, ``submitit_local``, or ``auto`` (what the configured Hydra launcher is: the joblib,
-Ray or submitit launcher; under Hydra's basic launcher joblib over the host's CPUs, in-process on one CPU). Worker counts and cluster settings
-come from the launcher's config (``hydra.launcher.n_jobs``, ``hydra.launcher.ray.init``, the Slurm
-partition, account, time limit and CPUs); ``study.params.parallel_workers`` caps the workers.
+Ray or submitit launcher; under Hydra's basic launcher joblib over the host's CPUs for a study whose tasks
+outweigh starting the workers, else in-process). Worker counts and cluster settings come from the launcher's config (``hydra.launcher.n_jobs``,
+``hydra.launcher.ray.init``, the Slurm partition, account, time limit and CPUs);
+``study.params.parallel_workers`` caps the workers.
 
 ``fn`` must be picklable for every backend but ``none``: a module-level function, or a
 ``functools.partial`` of one, over plain data. A worker's log records are sent back with its result and
@@ -111,15 +112,16 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def choose_backend(mode: str, launcher: Launcher, cpus: Optional[int] = None) -> str:
+def choose_backend(mode: str, launcher: Launcher, cpus: Optional[int] = None, local_pool: bool = True) -> str:
     """The :data:`MODES` value ``auto`` resolves to (``mode`` itself otherwise): the backend of the
     configured launcher; under Hydra's basic launcher, joblib over this host's CPUs when it has more than one
-    (``cpus``: :func:`usable_cpus`); ``none`` outside Hydra and for a job that a joblib launcher runs in a
-    multirun (its sweep already fills the host's cores)."""
+    (``cpus``: :func:`usable_cpus`) and the study's tasks outweigh starting the workers (``local_pool``);
+    ``none`` outside Hydra and for a job that a joblib launcher runs in a multirun (its sweep already fills the
+    host's cores)."""
     if mode != "auto":
         return mode
     if launcher.name == BASIC_LAUNCHER:
-        return "joblib" if (usable_cpus() if cpus is None else cpus) > 1 else "none"
+        return "joblib" if local_pool and (usable_cpus() if cpus is None else cpus) > 1 else "none"
     backend = LAUNCHER_BACKENDS.get(launcher.name, "none")
     if backend == "joblib" and launcher.multirun:
         log.info("probes run in-process: this job is one of a joblib multirun (study.params.parallel=joblib "
@@ -399,13 +401,14 @@ class SubmititPool(_RemotePool):
 
 # -- choosing one ----------------------------------------------------------------------------------------
 def make_pool(mode: str = "auto", workers: Optional[int] = None, folder: Optional[Path] = None,
-              launcher: Optional[Launcher] = None, progress: bool = False) -> Pool:
+              launcher: Optional[Launcher] = None, progress: bool = False, local_pool: bool = True) -> Pool:
     """The pool for ``mode`` (:data:`MODES`) under ``launcher`` (default: the running job's), with at
     most ``workers`` workers (None: the launcher's ``n_jobs`` for joblib, every CPU otherwise); submitit's
-    job files go under ``folder/probe_jobs``; ``progress`` shows a progress bar per ``map``."""
+    job files go under ``folder/probe_jobs``; ``progress`` shows a progress bar per ``map``; ``local_pool``:
+    whether ``auto`` under the basic launcher starts joblib workers (:func:`choose_backend`)."""
     check_parallel(mode, workers)
     launcher = current_launcher() if launcher is None else launcher
-    backend = choose_backend(mode, launcher)
+    backend = choose_backend(mode, launcher, local_pool=local_pool)
     own = LAUNCHER_BACKENDS.get(launcher.name) == backend  # the launcher's settings apply to this backend
     config = launcher.config if own else {}
     if backend == "joblib":
@@ -424,9 +427,9 @@ def make_pool(mode: str = "auto", workers: Optional[int] = None, folder: Optiona
 
 @contextmanager
 def probe_pool(mode: str = "auto", workers: Optional[int] = None, folder: Optional[Path] = None,
-               launcher: Optional[Launcher] = None, progress: bool = False) -> Iterator[Pool]:
+               launcher: Optional[Launcher] = None, progress: bool = False, local_pool: bool = True) -> Iterator[Pool]:
     """:func:`make_pool` as a context manager (a Ray connection it opened is closed on exit)."""
-    pool = make_pool(mode, workers, folder, launcher, progress)
+    pool = make_pool(mode, workers, folder, launcher, progress, local_pool)
     if pool.name != "none":
         log.info("probes run on %s", pool.describe())
     try:

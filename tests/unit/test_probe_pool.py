@@ -114,9 +114,11 @@ def test_auto_follows_the_launcher(name, multirun, backend):
     assert choose_backend("none", Launcher(name, {}, multirun), cpus=2) == "none"  # an explicit setting wins
 
 
-def test_auto_under_the_basic_launcher_stays_in_process_on_one_cpu():
+def test_auto_under_the_basic_launcher_stays_in_process_on_one_cpu_or_when_the_study_says():
     assert choose_backend("auto", Launcher("BasicLauncher", {}, False), cpus=1) == "none"
     assert choose_backend("auto", Launcher("BasicLauncher", {}, False), cpus=16) == "joblib"
+    assert choose_backend("auto", Launcher("BasicLauncher", {}, False), cpus=16, local_pool=False) == "none"
+    assert choose_backend("auto", Launcher("RayLauncher", {}, True), cpus=16, local_pool=False) == "ray"
 
 
 @pytest.mark.parametrize(("mode", "workers", "key"), [

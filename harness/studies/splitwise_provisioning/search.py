@@ -123,7 +123,8 @@ class ProvisioningRun:
             return False, Probe({"rate_rps": rate, "passes": False, "stopped_early": point.info["stopped_early"],
                                  "stopped_at_s": point.info["stopped_at_s"], "sim_wall_s": point.wall_s})
         m = point.metrics
-        slow = slowdown_percentiles(request_frame(point.columns or point.records), plan.reference, self.params.quantiles)
+        frame = request_frame(point.columns if point.columns is not None else point.records)
+        slow = slowdown_percentiles(frame, plan.reference, self.params.quantiles)
         if self.params.criterion == "splitwise_slowdown":
             ok = meets_slowdowns(slow, self.params)
         else:
