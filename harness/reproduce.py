@@ -85,7 +85,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (  # minutes: measured on 2 shared cores, 
     Experiment("mooncake_rejection_sweep", "Mooncake rejection: splits x decode load thresholds x replay speeds, "
                "where per-stage rejection rejects the paper's shares (the point mooncake_rejection judges)", 2.4,
                full_only=True),
-    Experiment("splitwise_provisioning_full", "Splitwise at paper scale: full-hour traces, paper-size clusters", 7.1,
+    Experiment("splitwise_provisioning_full", "Splitwise at paper scale: full-hour traces, paper-size clusters", 10.7,
                full_only=True),
 )
 
