@@ -124,13 +124,18 @@ def run_timed(checkout: Checkout, args: Sequence[str], log: Path) -> tuple[Timin
     return Timing(wall, cpu), proc.stdout
 
 
-def presets_of(checkout: Checkout) -> list[str]:
-    """The simulator presets of the default ``make run`` set, as the checkout's ``harness.reproduce`` lists them."""
-    code = ("import json; from harness.reproduce import EXPERIMENTS as E; "
-            "print(json.dumps([e.name for e in E if not e.full_only and not e.name.endswith('_cpu')]))")
+def _listed_by(checkout: Checkout, condition: str) -> list[str]:
+    """The names of the checkout's ``harness.reproduce`` experiments ``e`` for which ``condition`` holds."""
+    code = (f"import json; from harness.reproduce import EXPERIMENTS as E; "
+            f"print(json.dumps([e.name for e in E if {condition}]))")
     out = subprocess.run([str(checkout.python), "-c", code], cwd=checkout.root, capture_output=True, text=True,
                          check=True)
     return json.loads(out.stdout)
+
+
+def presets_of(checkout: Checkout) -> list[str]:
+    """The simulator presets of the default ``make run`` set, as the checkout's ``harness.reproduce`` lists them."""
+    return _listed_by(checkout, "not e.full_only and not e.name.endswith('_cpu')")
 
 
 def task_presets(checkout: Checkout, out: Path, presets: Sequence[str]) -> Timing:
@@ -158,11 +163,7 @@ def task_full(checkout: Checkout, out: Path) -> Timing:
 
 def simulator_presets_of(checkout: Checkout) -> list[str]:
     """Every preset of the checkout's ``harness.reproduce --full`` but the real-process ones."""
-    code = ("import json; from harness.reproduce import EXPERIMENTS as E; "
-            "print(json.dumps([e.name for e in E if not getattr(e, 'real', e.name.endswith('_cpu'))]))")
-    out = subprocess.run([str(checkout.python), "-c", code], cwd=checkout.root, capture_output=True, text=True,
-                         check=True)
-    return json.loads(out.stdout)
+    return _listed_by(checkout, "not getattr(e, 'real', e.name.endswith('_cpu'))")
 
 
 def task_reproduce_full(checkout: Checkout, out: Path) -> Timing:
